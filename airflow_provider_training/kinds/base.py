@@ -1,0 +1,201 @@
+"""What a training-job kind is, and the normalized status every kind is read into.
+
+Nothing here does I/O. A kind module (``kubeflow.py``, ``paddle_edl.py``, ...) builds :class:`JobKind`
+values; operators, sensors, triggers and hooks only ever talk to this interface.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import pendulum
+
+RawObject = Mapping[str, Any]
+"""A Kubernetes object as the API returns it (a JSON dict)."""
+
+ChildObjects = Mapping[str, list[RawObject]]
+"""Child objects by resource key (see :class:`ChildResource.key`), for kinds whose status lives there."""
+
+
+class JobState(str, enum.Enum):
+    """The normalized lifecycle state of a training job."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED)
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """Pod counts of one replica type."""
+
+    desired: int | None = None
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    def to_dict(self) -> dict[str, int | None]:
+        return {"desired": self.desired, "active": self.active, "succeeded": self.succeeded, "failed": self.failed}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplicaCounts:
+        return cls(
+            desired=data.get("desired"),
+            active=int(data.get("active", 0)),
+            succeeded=int(data.get("succeeded", 0)),
+            failed=int(data.get("failed", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A training job's status, the same shape for every kind."""
+
+    state: JobState
+    reason: str = ""
+    message: str = ""
+    replicas: Mapping[str, ReplicaCounts] = field(default_factory=dict)
+    start: datetime | None = None
+    end: datetime | None = None
+    # Set when the status could not be read from the object itself, e.g. "the operator is not running".
+    stalled: bool = False
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.start is None:
+            return None
+        end = self.end or pendulum.now("UTC")
+        return max(0.0, (end - self.start).total_seconds())
+
+    def with_state(self, state: JobState, reason: str = "", message: str = "") -> JobStatus:
+        return replace(self, state=state, reason=reason or self.reason, message=message or self.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form, for trigger events and XCom."""
+        return {
+            "state": self.state.value,
+            "reason": self.reason,
+            "message": self.message,
+            "replicas": {name: counts.to_dict() for name, counts in self.replicas.items()},
+            "start": self.start.isoformat() if self.start else None,
+            "end": self.end.isoformat() if self.end else None,
+            "duration_seconds": self.duration_seconds,
+            "stalled": self.stalled,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobStatus:
+        return cls(
+            state=JobState(data["state"]),
+            reason=data.get("reason", ""),
+            message=data.get("message", ""),
+            replicas={k: ReplicaCounts.from_dict(v) for k, v in (data.get("replicas") or {}).items()},
+            start=parse_time(data.get("start")),
+            end=parse_time(data.get("end")),
+            stalled=bool(data.get("stalled", False)),
+        )
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Where a Kubernetes resource lives in the API."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """``plural.group`` as kubectl names it, e.g. ``pytorchjobs.kubeflow.org``, ``pods``, ``jobs.batch``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+PODS = ResourceRef("", "v1", "pods", "Pod")
+EVENTS = ResourceRef("", "v1", "events", "Event")
+SERVICES = ResourceRef("", "v1", "services", "Service")
+CONFIGMAPS = ResourceRef("", "v1", "configmaps", "ConfigMap")
+BATCH_JOBS = ResourceRef("batch", "v1", "jobs", "Job")
+REPLICASETS = ResourceRef("apps", "v1", "replicasets", "ReplicaSet")
+
+
+@dataclass(frozen=True)
+class ChildResource:
+    """Objects a job's controller creates that the provider must read or clean up.
+
+    ``selector`` turns a job name into a label selector finding these children.
+    ``needed_for_status`` children are handed to :attr:`JobKind.read_status`.
+    ``delete_on_cleanup`` children are deleted with the job, for APIs whose controller never garbage-collects them.
+    """
+
+    resource: ResourceRef
+    selector: Callable[[str], str]
+    needed_for_status: bool = False
+    delete_on_cleanup: bool = False
+
+
+@dataclass(frozen=True)
+class ReplicaPod:
+    """One replica pod, as a kind identifies it."""
+
+    replica_type: str
+    index: int | None
+    name: str
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """Everything generic code needs to know about one training-job kind.
+
+    ``read_status(job, children)`` is pure: the raw custom resource plus the children listed with
+    ``needed_for_status`` become a :class:`JobStatus`. ``pod_selector(job_name)`` finds every replica pod;
+    ``master_selector(job_name)`` finds the pod(s) whose logs matter most. ``replica_of_pod(pod)`` names a pod's
+    replica type and index, for log prefixes and the replica table.
+    """
+
+    resource: ResourceRef
+    family: str
+    replica_types: tuple[str, ...]
+    default_container: str
+    read_status: Callable[[RawObject, ChildObjects], JobStatus]
+    pod_selector: Callable[[str], str]
+    master_selector: Callable[[str], str]
+    replica_of_pod: Callable[[RawObject], ReplicaPod]
+    replica_spec_key: str | None = None
+    children: tuple[ChildResource, ...] = ()
+    # Refuses a target state this job can never reach (e.g. T9k debug mode never succeeds); returns an error text.
+    check_target: Callable[[RawObject, JobState], str | None] = lambda job, target: None
+
+    @property
+    def kind(self) -> str:
+        return self.resource.kind
+
+    @property
+    def api_version(self) -> str:
+        return self.resource.api_version
+
+
+def parse_time(value: Any) -> datetime | None:
+    """Parse an RFC 3339 timestamp (or pass a datetime through); ``None`` for empty values."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        return value
+    parsed = pendulum.parse(str(value))
+    assert isinstance(parsed, datetime)
+    return parsed
