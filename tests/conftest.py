@@ -1,0 +1,12 @@
+"""Test-wide settings: a private AIRFLOW_HOME so tests never touch a user's Airflow."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+_home = tempfile.mkdtemp(prefix="apt-airflow-home-")
+os.environ.setdefault("AIRFLOW_HOME", _home)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_home}/airflow.db")
