@@ -1,0 +1,191 @@
+"""Data-parallel training of a small classifier, one process per PyTorchJob replica.
+
+Every replica reads the rendezvous exactly as a PyTorchJob provides it: MASTER_ADDR, MASTER_PORT, WORLD_SIZE
+and RANK. Each replica trains on its own shard of the data; after every step the gradients are averaged across
+all replicas (an all-reduce), so every replica holds the same weights, as DistributedDataParallel does.
+
+With torch installed (and ``--backend auto``) the same training runs as torch DDP over gloo.
+Without it, a numpy implementation exchanges gradients over TCP: rank 0 (the Master) listens on MASTER_PORT,
+the workers connect, and rank 0 reduces and broadcasts the averaged gradient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+FEATURES = 8
+
+
+def make_data(rank: int, world_size: int, samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A separable synthetic data set; each rank takes every world_size-th sample (its shard)."""
+    rng = np.random.default_rng(seed)
+    true_w = rng.normal(size=FEATURES)
+    x = rng.normal(size=(samples, FEATURES))
+    y = (x @ true_w + 0.1 * rng.normal(size=samples) > 0).astype(np.float64)
+    return x[rank::world_size], y[rank::world_size]
+
+
+def loss_and_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Logistic loss and its gradient."""
+    p = 1.0 / (1.0 + np.exp(-(x @ w)))
+    eps = 1e-12
+    loss = float(-np.mean(y * np.log(p + eps) + (1 - y) * np.log(1 - p + eps)))
+    return loss, x.T @ (p - y) / len(y)
+
+
+class TcpAllReduce:
+    """Averages a vector across ranks through rank 0 (a star all-reduce over plain TCP)."""
+
+    def __init__(self, rank: int, world_size: int, addr: str, port: int, connect_timeout: float = 60.0):
+        self.rank, self.world_size = rank, world_size
+        self.peers: list[socket.socket] = []
+        if world_size == 1:
+            return
+        if rank == 0:
+            server = socket.create_server(("", port), reuse_port=False)
+            server.settimeout(connect_timeout)
+            for _ in range(world_size - 1):
+                conn, _ = server.accept()
+                self.peers.append(conn)
+            server.close()
+        else:
+            self.peers.append(_connect(addr, port, connect_timeout))
+
+    def average(self, vector: np.ndarray) -> np.ndarray:
+        if self.world_size == 1:
+            return vector
+        if self.rank == 0:
+            total = vector.copy()
+            for peer in self.peers:
+                total += _recv_vector(peer, vector.size)
+            mean = total / self.world_size
+            for peer in self.peers:
+                _send_vector(peer, mean)
+            return mean
+        _send_vector(self.peers[0], vector)
+        return _recv_vector(self.peers[0], vector.size)
+
+    def close(self) -> None:
+        for peer in self.peers:
+            peer.close()
+
+
+def _connect(addr: str, port: int, timeout: float) -> socket.socket:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return socket.create_connection((addr, port), timeout=timeout)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _send_vector(sock: socket.socket, vector: np.ndarray) -> None:
+    payload = vector.astype("<f8").tobytes()
+    sock.sendall(struct.pack("<I", len(payload)) + payload)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("peer closed the connection during the all-reduce")
+        chunks.extend(chunk)
+    return bytes(chunks)
+
+
+def _recv_vector(sock: socket.socket, size: int) -> np.ndarray:
+    (length,) = struct.unpack("<I", _recv_exact(sock, 4))
+    if length != size * 8:
+        raise ValueError(f"expected {size * 8} bytes, got {length}")
+    return np.frombuffer(_recv_exact(sock, length), dtype="<f8").copy()
+
+
+def train_numpy(args: argparse.Namespace, rank: int, world_size: int, addr: str, port: int) -> float:
+    x, y = make_data(rank, world_size, args.samples, args.seed)
+    reducer = TcpAllReduce(rank, world_size, addr, port)
+    w = np.zeros(FEATURES)
+    print(f"rank {rank}/{world_size}: numpy SGD on {len(y)} samples, master {addr}:{port}", flush=True)
+    loss = float("nan")
+    try:
+        for epoch in range(1, args.epochs + 1):
+            local_loss, grad = loss_and_grad(w, x, y)
+            # Average the loss together with the gradient so every rank logs the global loss.
+            reduced = reducer.average(np.append(grad, local_loss))
+            w -= args.lr * reduced[:-1]
+            loss = float(reduced[-1])
+            print(f"epoch {epoch} loss {loss:.4f}", flush=True)
+            time.sleep(args.step_delay)
+    finally:
+        reducer.close()
+    return loss
+
+
+def train_torch(args: argparse.Namespace, rank: int, world_size: int, addr: str, port: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size)
+    x_np, y_np = make_data(rank, world_size, args.samples, args.seed)
+    x = torch.tensor(x_np, dtype=torch.float32)
+    y = torch.tensor(y_np, dtype=torch.float32)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(FEATURES, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    print(f"rank {rank}/{world_size}: torch DDP (gloo) on {len(y)} samples, master {addr}:{port}", flush=True)
+    loss_value = float("nan")
+    for epoch in range(1, args.epochs + 1):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x).squeeze(1), y)
+        loss.backward()
+        optimizer.step()
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)
+        loss_value = float(global_loss) / world_size
+        print(f"epoch {epoch} loss {loss_value:.4f}", flush=True)
+        time.sleep(args.step_delay)
+    dist.destroy_process_group()
+    return loss_value
+
+
+def torch_available() -> bool:
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument("--samples", type=int, default=4000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--step-delay", type=float, default=0.05, help="seconds between steps, to watch live")
+    parser.add_argument("--backend", choices=["auto", "numpy", "torch"], default="auto")
+    args = parser.parse_args(argv)
+
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("MASTER_PORT", "23456"))
+    use_torch = args.backend == "torch" or (args.backend == "auto" and torch_available())
+    train = train_torch if use_torch else train_numpy
+    final_loss = train(args, rank, world_size, addr, port)
+    print(f"rank {rank} done: final loss {final_loss:.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
