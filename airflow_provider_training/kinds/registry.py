@@ -1,0 +1,68 @@
+"""Look up a :class:`JobKind` by kind name, optionally with its apiVersion.
+
+Every family module listed in :data:`FAMILY_MODULES` exports ``KINDS: tuple[JobKind, ...]``; adding a
+family is one line here. Families come in preference order: ``get_kind("MXJob")`` without an apiVersion
+answers with the first family that has an MXJob (``kubeflow.org/v1``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+from airflow_provider_training.kinds.base import JobKind
+
+FAMILY_MODULES: tuple[str, ...] = (
+    "airflow_provider_training.kinds.kubeflow",
+    # Written by other engineers; a module of this list that does not exist (yet) is skipped.
+    "airflow_provider_training.kinds.mxnet_legacy",
+    "airflow_provider_training.kinds.paddle_edl",
+    "airflow_provider_training.kinds.tensorstack",
+)
+
+
+def all_kinds() -> list[JobKind]:
+    """Every known kind, families in :data:`FAMILY_MODULES` order."""
+    return list(_load_kinds())
+
+
+@cache
+def _load_kinds() -> tuple[JobKind, ...]:
+    kinds: list[JobKind] = []
+    for module_name in FAMILY_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:  # the module exists but one of its imports is missing: a real error
+                raise
+            continue
+        kinds.extend(module.KINDS)
+    return tuple(kinds)
+
+
+def known_kinds_text() -> str:
+    """``MPIJob (kubeflow.org/v1), ...`` for error messages."""
+    return ", ".join(sorted(f"{kind.kind} ({kind.api_version})" for kind in all_kinds()))
+
+
+def get_kind(kind: str, api_version: str | None = None) -> JobKind:
+    """The kind named exactly ``kind`` (case-sensitive), in ``api_version`` if given.
+
+    Raises ``ValueError`` naming the known kinds (or the kind's known apiVersions) when there is no match.
+    """
+    candidates = [known for known in all_kinds() if known.kind == kind]
+    if not candidates:
+        hint = [known.kind for known in all_kinds() if known.kind.lower() == str(kind).lower()]
+        did_you_mean = f" (did you mean {hint[0]}?)" if hint else ""
+        raise ValueError(
+            f"unknown training job kind {kind!r}{did_you_mean}; known kinds: {known_kinds_text()}"
+        )
+    if api_version is None:
+        return candidates[0]
+    for known in candidates:
+        if known.api_version == api_version:
+            return known
+    versions = ", ".join(known.api_version for known in candidates)
+    raise ValueError(
+        f"{kind} is not known in apiVersion {api_version!r}; known apiVersions of {kind}: {versions}"
+    )
