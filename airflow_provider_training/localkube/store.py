@@ -1,0 +1,753 @@
+"""The object store: metadata as a real API server sets it, patches, owner GC, finalizers and watch history.
+
+Thread-safe (one lock); every method returns deep copies. Watchers (`subscribe`, `watch`) must live on an
+asyncio loop; changes made from any thread reach them through `loop.call_soon_threadsafe`, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import copy
+import json
+import random
+import re
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonpatch
+import yaml
+
+from airflow_provider_training.localkube.resources import ResourceType, default_resource_types
+from airflow_provider_training.localkube.selectors import SelectorError, compile_selectors
+
+_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_SERVER_FIELDS = (
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "resourceVersion",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "namespace",
+    "name",
+)
+_SMP_MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+    "conditions": "type",
+    "containerStatuses": "name",
+    "ownerReferences": "uid",
+}
+UNSUPPORTED_PATCH_MSG = (
+    "the body of the request was in an unknown format - accepted media types include: "
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+)
+EXPIRED_CONTINUE_MSG = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list."
+)
+
+
+def now_rfc3339() -> str:
+    """Now as the API server writes timestamps: RFC 3339, whole seconds, UTC."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiError(Exception):
+    """An error the API answers with a `kind: Status` body."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+        self.details = details or {}
+        self.headers = headers or {}
+
+    def status_body(self) -> dict:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+    @classmethod
+    def not_found(cls, rt: ResourceType, name: str) -> ApiError:
+        return cls(
+            404,
+            "NotFound",
+            f'{rt.key} "{name}" not found',
+            {"name": name, "group": rt.group, "kind": rt.plural},
+        )
+
+    @classmethod
+    def bad_request(cls, message: str) -> ApiError:
+        return cls(400, "BadRequest", message)
+
+    @classmethod
+    def invalid(cls, rt: ResourceType, name: str, causes: list[dict]) -> ApiError:
+        """422 Invalid; causes are `{reason, message, field}` with message `Invalid value: ...: why`."""
+        errors = [f"{cause['field']}: {cause['message']}" for cause in causes]
+        joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+        return cls(
+            422,
+            "Invalid",
+            f'{rt.qualified_kind} "{name}" is invalid: {joined}',
+            {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes},
+        )
+
+    @classmethod
+    def expired(cls, message: str) -> ApiError:
+        return cls(410, "Expired", message)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change. `old` is the previous state of a MODIFIED object (selector transitions need it)."""
+
+    type: str
+    rt: ResourceType
+    object: dict
+    old: dict | None = None
+
+    @property
+    def resource_version(self) -> int:
+        return int(self.object["metadata"]["resourceVersion"])
+
+
+_CLOSED = object()
+
+
+class Subscription:
+    """Async iterator of WatchEvents (deep copies) for changes after it was opened. `close()` ends it."""
+
+    def __init__(
+        self,
+        store: Store,
+        loop: asyncio.AbstractEventLoop,
+        rt: ResourceType | None,
+        namespace: str | None,
+        start_rv: int,
+    ) -> None:
+        self._store, self._loop, self._rt, self._namespace = store, loop, rt, namespace
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.last_rv = start_rv  # every change seen so far, matching or not: safe for bookmarks
+        self.closed = False
+
+    def _push(self, event: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # loop closed
+            self.closed = True
+
+    def _matches(self, event: WatchEvent) -> bool:
+        if self._rt is not None and event.rt != self._rt:
+            return False
+        return self._namespace is None or event.object["metadata"].get("namespace") == self._namespace
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        while True:
+            event = await self._queue.get()
+            if event is _CLOSED:
+                raise StopAsyncIteration
+            self.last_rv = max(self.last_rv, event.resource_version)
+            if self._matches(event):
+                return WatchEvent(event.type, event.rt, copy.deepcopy(event.object), copy.deepcopy(event.old))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._store._unsubscribe(self)
+            self._push(_CLOSED)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def merge_patch(target: Any, patch: Any, *, strategic: bool = False, key: str = "") -> Any:
+    """RFC 7386 merge patch; `strategic` merges known lists of objects by their merge key, as built-ins do."""
+    if strategic and isinstance(patch, list) and isinstance(target, list) and key in _SMP_MERGE_KEYS:
+        return _merge_list(target, patch, _SMP_MERGE_KEYS[key])
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = merge_patch(result.get(name), value, strategic=strategic, key=name)
+    return result
+
+
+def _merge_list(target: list, patch: list, merge_key: str) -> list:
+    merged = copy.deepcopy(target)
+    for item in patch:
+        if not isinstance(item, dict) or merge_key not in item:
+            merged.append(copy.deepcopy(item))
+            continue
+        index = next(
+            (
+                i
+                for i, old in enumerate(merged)
+                if isinstance(old, dict) and old.get(merge_key) == item[merge_key]
+            ),
+            None,
+        )
+        if item.get("$patch") == "delete":
+            if index is not None:
+                merged.pop(index)
+        elif index is None:
+            merged.append(merge_patch(None, item, strategic=True))
+        else:
+            merged[index] = merge_patch(merged[index], item, strategic=True)
+    return merged
+
+
+def _encode_continue(rv: int, start: tuple[str, str]) -> str:
+    raw = json.dumps({"rv": rv, "start": list(start)}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        return int(data["rv"]), (str(data["start"][0]), str(data["start"][1]))
+    except (ValueError, KeyError, IndexError, TypeError, binascii.Error) as exc:
+        raise ApiError.expired(EXPIRED_CONTINUE_MSG) from exc
+
+
+_StoreKey = tuple[str, str, str, str, str]  # group, version, plural, namespace, name
+Items = list[dict]
+_Owned = list[tuple[ResourceType, dict]]
+_Events = list[WatchEvent]
+
+
+class Store:
+    """Objects of every registered resource type, one cluster-wide resourceVersion counter."""
+
+    def __init__(
+        self,
+        resource_types: list[ResourceType] | None = None,
+        *,
+        history_size: int = 1000,
+        validator: Callable[[ResourceType, dict], dict] | None = None,
+    ) -> None:
+        self._lock = threading.RLock()
+        self._types: dict[tuple[str, str, str], ResourceType] = {}
+        self._objects: dict[_StoreKey, dict] = {}
+        self._rv = 0
+        self._history: deque[WatchEvent] = deque()
+        self.history_size = history_size
+        self._floor = 0  # resourceVersion of the newest change dropped from the history
+        self._subs: list[Subscription] = []
+        self.validator = validator
+        for rt in default_resource_types() if resource_types is None else resource_types:
+            self.register(rt)
+
+    # -- types ---------------------------------------------------------------------------------------------
+    def register(self, rt: ResourceType) -> None:
+        with self._lock:
+            self._types[(rt.group, rt.version, rt.plural)] = rt
+
+    def resource_type(self, group: str, version: str, plural: str) -> ResourceType:
+        try:
+            return self._types[(group, version, plural)]
+        except KeyError:
+            raise ApiError(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+                {"group": group, "kind": plural},
+            ) from None
+
+    def resource_types(self) -> list[ResourceType]:
+        with self._lock:
+            return list(self._types.values())
+
+    @property
+    def resource_version(self) -> str:
+        return str(self._rv)
+
+    # -- reads ---------------------------------------------------------------------------------------------
+    def get(self, rt: ResourceType, namespace: str, name: str) -> dict:
+        with self._lock:
+            return copy.deepcopy(self._raw(rt, namespace, name))
+
+    def list(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Items:
+        return self.list_page(rt, namespace, label_selector, field_selector)[0]
+
+    def list_page(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> tuple[Items, str, str | None]:
+        """(items, list resourceVersion, continue token or None)."""
+        predicate = self._predicate(rt, label_selector, field_selector)
+        with self._lock:
+            start: tuple[str, str] | None = None
+            if continue_token:
+                token_rv, start = _decode_continue(continue_token)
+                if token_rv < self._floor:
+                    raise ApiError.expired(EXPIRED_CONTINUE_MSG)
+            items = [
+                obj
+                for key, obj in sorted(self._iter(rt, namespace))
+                if (start is None or key > start) and predicate(obj)
+            ]
+            token = None
+            if limit and len(items) > limit:
+                items = items[:limit]
+                last = items[-1]["metadata"]
+                token = _encode_continue(self._rv, (last.get("namespace", ""), last["name"]))
+            return copy.deepcopy(items), str(self._rv), token
+
+    def _predicate(
+        self, rt: ResourceType, label_selector: str | None, field_selector: str | None
+    ) -> Callable[[dict], bool]:
+        try:
+            return compile_selectors(rt, label_selector, field_selector)
+        except SelectorError as exc:
+            raise ApiError.bad_request(str(exc)) from exc
+
+    def _iter(self, rt: ResourceType, namespace: str | None) -> Iterator[tuple[tuple[str, str], dict]]:
+        for (group, version, plural, ns, name), obj in self._objects.items():
+            if (group, version, plural) == (rt.group, rt.version, rt.plural) and namespace in (None, ns):
+                yield (ns, name), obj
+
+    def _raw(self, rt: ResourceType, namespace: str, name: str) -> dict:
+        obj = self._objects.get(self._key(rt, namespace, name))
+        if obj is None:
+            raise ApiError.not_found(rt, name)
+        return obj
+
+    @staticmethod
+    def _key(rt: ResourceType, namespace: str, name: str) -> _StoreKey:
+        return rt.group, rt.version, rt.plural, namespace if rt.namespaced else "", name
+
+    # -- writes --------------------------------------------------------------------------------------------
+    def create(self, rt: ResourceType, namespace: str, obj: dict) -> dict:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        if rt.namespaced and meta.get("namespace") not in (None, "", namespace):
+            raise ApiError.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        with self._lock:
+            if not meta.get("name") and meta.get("generateName"):
+                suffix = "".join(random.choices(_GENERATE_ALPHABET, k=5))
+                meta["name"] = str(meta["generateName"])[:58] + suffix
+            self._check_name(rt, meta.get("name"))
+            obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+            for server_field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+                meta.pop(server_field, None)
+            if rt.namespaced:
+                meta["namespace"] = namespace
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+            if rt.has_status:
+                obj["status"] = {"phase": "Pending"} if rt.kind == "Pod" and rt.builtin else {}
+                if not rt.builtin:
+                    obj.pop("status")
+            obj = self._validate(rt, obj)
+            key = self._key(rt, namespace, obj["metadata"]["name"])
+            if key in self._objects:
+                name = obj["metadata"]["name"]
+                raise ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'{rt.key} "{name}" already exists',
+                    {"name": name, "group": rt.group, "kind": rt.plural},
+                )
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._objects[key] = obj
+            self._publish("ADDED", rt, obj)
+            return copy.deepcopy(obj)
+
+    def _check_name(self, rt: ResourceType, name: Any) -> None:
+        if not name:
+            raise ApiError.invalid(
+                rt,
+                "",
+                [
+                    {
+                        "reason": "FieldValueRequired",
+                        "field": "metadata.name",
+                        "message": "Required value: name or generateName is required",
+                    }
+                ],
+            )
+        label_only = rt.kind == "Service" and rt.builtin
+        pattern, limit = (_LABEL_RE, 63) if label_only else (_SUBDOMAIN_RE, 253)
+        if isinstance(name, str) and len(name) <= limit and pattern.match(name):
+            return
+        why = _LABEL_MSG if label_only else _SUBDOMAIN_MSG
+        if isinstance(name, str) and len(name) > limit:
+            why = f"must be no more than {limit} characters"
+        raise ApiError.invalid(
+            rt,
+            str(name),
+            [
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": "metadata.name",
+                    "message": f"Invalid value: {json.dumps(name)}: {why}",
+                }
+            ],
+        )
+
+    def _validate(self, rt: ResourceType, obj: dict) -> dict:
+        return self.validator(rt, obj) if self.validator else obj
+
+    def replace(
+        self, rt: ResourceType, namespace: str, name: str, obj: dict, subresource: str | None = None
+    ) -> dict:
+        with self._lock:
+            current = self._raw(rt, namespace, name)
+            body_name = (obj.get("metadata") or {}).get("name")
+            if body_name not in (None, name):
+                raise ApiError.bad_request(
+                    f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )
+            self._check_rv(rt, current, (obj.get("metadata") or {}).get("resourceVersion"))
+            return self._commit(rt, current, self._updated(rt, current, obj, subresource))
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        subresource: str | None = None,
+    ) -> dict:
+        media = content_type.split(";")[0].strip().lower()
+        if media == "application/strategic-merge-patch+json" and not rt.builtin:
+            raise ApiError(415, "UnsupportedMediaType", UNSUPPORTED_PATCH_MSG)
+        patch = _parse_patch_body(body, media)
+        with self._lock:
+            if (
+                media == "application/apply-patch+yaml"
+                and self._key(rt, namespace, name) not in self._objects
+            ):
+                return self.create(rt, namespace, merge_patch({"metadata": {"name": name}}, patch))
+            current = self._raw(rt, namespace, name)
+            patched = self._apply_patch(rt, current, patch, media)
+            self._check_rv(rt, current, (patched.get("metadata") or {}).get("resourceVersion"))
+            return self._commit(rt, current, self._updated(rt, current, patched, subresource))
+
+    def _apply_patch(self, rt: ResourceType, current: dict, patch: Any, media: str) -> dict:
+        if media == "application/json-patch+json":
+            if not isinstance(patch, list):
+                raise ApiError.bad_request(
+                    "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+                )
+            try:
+                result = jsonpatch.apply_patch(current, patch)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise ApiError(422, "Invalid", str(exc)) from exc
+            if not isinstance(result, dict):
+                raise ApiError(422, "Invalid", "the patch replaced the whole object with a non-object")
+            return result
+        if media in ("application/merge-patch+json", "application/apply-patch+yaml"):
+            return merge_patch(current, patch)
+        if media == "application/strategic-merge-patch+json":
+            return merge_patch(current, patch, strategic=True)
+        raise ApiError(415, "UnsupportedMediaType", UNSUPPORTED_PATCH_MSG)
+
+    def update_status(self, rt: ResourceType, namespace: str, name: str, status: dict) -> dict:
+        """Controller helper: write `.status` unconditionally (no resourceVersion check, no schema)."""
+        with self._lock:
+            current = self._raw(rt, namespace, name)
+            new = copy.deepcopy(current)
+            new["status"] = copy.deepcopy(status)
+            return self._commit(rt, current, new, validate=False)
+
+    def _check_rv(self, rt: ResourceType, current: dict, rv: Any) -> None:
+        if rv and str(rv) != current["metadata"]["resourceVersion"]:
+            name = current["metadata"]["name"]
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rt.key} "{name}": the object has been modified; '
+                "please apply your changes to the latest version and try again",
+                {"name": name, "group": rt.group, "kind": rt.plural},
+            )
+
+    @staticmethod
+    def _updated(rt: ResourceType, current: dict, body: dict, subresource: str | None) -> dict:
+        """The object a write produces: /status changes only status, the main endpoint everything else."""
+        if subresource == "status":
+            new = copy.deepcopy(current)
+            if body.get("status") is None:
+                new.pop("status", None)
+            else:
+                new["status"] = copy.deepcopy(body["status"])
+            return new
+        new = copy.deepcopy(body)
+        new["apiVersion"], new["kind"] = rt.api_version, rt.kind
+        meta = new.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiError.bad_request("metadata must be an object")
+        for server_field in _SERVER_FIELDS:
+            if server_field in current["metadata"]:
+                meta[server_field] = current["metadata"][server_field]
+            else:
+                meta.pop(server_field, None)
+        if rt.has_status:
+            if "status" in current:
+                new["status"] = copy.deepcopy(current["status"])
+            else:
+                new.pop("status", None)
+        return new
+
+    def _commit(self, rt: ResourceType, current: dict, new: dict, *, validate: bool = True) -> dict:
+        if validate:
+            new = self._validate(rt, new)
+        if new == current:
+            return copy.deepcopy(current)
+        if _spec_of(rt, new) != _spec_of(rt, current):
+            new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self._remove(rt, new)
+        meta["resourceVersion"] = self._next_rv()
+        self._objects[self._key(rt, meta.get("namespace", ""), meta["name"])] = new
+        self._publish("MODIFIED", rt, new, current)
+        return copy.deepcopy(new)
+
+    # -- delete and garbage collection ---------------------------------------------------------------------
+    def delete(
+        self, rt: ResourceType, namespace: str, name: str, propagation_policy: str | None = None
+    ) -> dict:
+        policy = propagation_policy or "Background"
+        if policy not in ("Background", "Foreground", "Orphan"):
+            raise ApiError.bad_request(f'propagationPolicy: Unsupported value: "{policy}"')
+        with self._lock:
+            return copy.deepcopy(self._delete(rt, self._raw(rt, namespace, name), policy))
+
+    def delete_collection(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        propagation_policy: str | None = None,
+    ) -> Items:
+        with self._lock:
+            return [
+                self.delete(
+                    rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], propagation_policy
+                )
+                for obj in self.list(rt, namespace, label_selector, field_selector)
+            ]
+
+    def _delete(self, rt: ResourceType, obj: dict, policy: str) -> dict:
+        uid = obj["metadata"]["uid"]
+        if policy == "Orphan":
+            for dep_rt, dep in self._dependents(uid):
+                refs = [ref for ref in dep["metadata"]["ownerReferences"] if ref.get("uid") != uid]
+                self._commit(
+                    dep_rt,
+                    dep,
+                    merge_patch(dep, {"metadata": {"ownerReferences": refs or None}}),
+                    validate=False,
+                )
+        finalizers = list(obj["metadata"].get("finalizers") or [])
+        if policy == "Foreground" and self._dependents(uid) and "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        if not finalizers:
+            return self._remove(rt, obj)
+        if not obj["metadata"].get("deletionTimestamp") or finalizers != obj["metadata"].get("finalizers"):
+            marked = merge_patch(
+                obj,
+                {
+                    "metadata": {
+                        "finalizers": finalizers,
+                        "deletionGracePeriodSeconds": 0,
+                        "deletionTimestamp": obj["metadata"].get("deletionTimestamp") or now_rfc3339(),
+                    }
+                },
+            )
+            obj = self._commit(rt, obj, marked, validate=False)
+        if policy == "Foreground":
+            for dep_rt, dep in self._dependents(uid):
+                self._delete(dep_rt, dep, "Foreground")
+        return obj
+
+    def _remove(self, rt: ResourceType, obj: dict) -> dict:
+        meta = obj["metadata"]
+        key = self._key(rt, meta.get("namespace", ""), meta["name"])
+        previous = self._objects.pop(key)
+        gone = copy.deepcopy(obj)
+        gone["metadata"]["resourceVersion"] = self._next_rv()
+        self._publish("DELETED", rt, gone, previous)
+        uid = meta["uid"]
+        for dep_rt, dep in self._dependents(uid):  # background garbage collection
+            refs = [ref for ref in dep["metadata"]["ownerReferences"] if ref.get("uid") != uid]
+            if any(self._find_uid(ref.get("uid")) for ref in refs):
+                self._commit(
+                    dep_rt, dep, merge_patch(dep, {"metadata": {"ownerReferences": refs}}), validate=False
+                )
+            elif self._objects.get(self._obj_key(dep_rt, dep)) is dep:
+                self._delete(dep_rt, dep, "Background")
+        for ref in meta.get("ownerReferences") or []:
+            self._finish_foreground(ref.get("uid"))
+        return gone
+
+    def _finish_foreground(self, owner_uid: str | None) -> None:
+        found = self._find_uid(owner_uid)
+        if not found:
+            return
+        owner_rt, owner = found
+        finalizers = owner["metadata"].get("finalizers") or []
+        if "foregroundDeletion" in finalizers and not self._dependents(owner["metadata"]["uid"]):
+            rest = [f for f in finalizers if f != "foregroundDeletion"]
+            self._commit(
+                owner_rt,
+                owner,
+                merge_patch(owner, {"metadata": {"finalizers": rest or None}}),
+                validate=False,
+            )
+
+    def _obj_key(self, rt: ResourceType, obj: dict) -> _StoreKey:
+        return self._key(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+    def _all(self) -> Iterator[tuple[ResourceType, dict]]:
+        for (group, version, plural, _ns, _name), obj in list(self._objects.items()):
+            yield self._types[(group, version, plural)], obj
+
+    def _dependents(self, uid: str) -> _Owned:
+        return [
+            (rt, obj)
+            for rt, obj in self._all()
+            if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
+        ]
+
+    def _find_uid(self, uid: str | None) -> tuple[ResourceType, dict] | None:
+        return next(((rt, obj) for rt, obj in self._all() if obj["metadata"]["uid"] == uid), None)
+
+    # -- watch ---------------------------------------------------------------------------------------------
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _publish(self, type_: str, rt: ResourceType, obj: dict, old: dict | None = None) -> None:
+        event = WatchEvent(type_, rt, copy.deepcopy(obj), copy.deepcopy(old) if old is not None else None)
+        self._history.append(event)
+        while len(self._history) > max(self.history_size, 1):
+            self._floor = self._history.popleft().resource_version
+        for sub in list(self._subs):
+            sub._push(event)
+
+    def subscribe(self, rt: ResourceType | None = None, namespace: str | None = None) -> Subscription:
+        """Every change from now on (optionally of one type / namespace); call from the loop that consumes."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            sub = Subscription(self, loop, rt, namespace, self._rv)
+            self._subs.append(sub)
+            return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            if sub in self._subs:
+                self._subs.remove(sub)
+
+    def watch(
+        self, rt: ResourceType, namespace: str | None = None, resource_version: str | None = None
+    ) -> tuple[_Events, Subscription]:
+        """Atomically: the events a watch starts with (synthetic ADDED, or history after the version) and a
+        subscription for what follows. A version older than the retained history raises 410 Expired."""
+        with self._lock:
+            if resource_version in (None, "", "0"):
+                initial = [
+                    WatchEvent("ADDED", rt, copy.deepcopy(obj))
+                    for _, obj in sorted(self._iter(rt, namespace))
+                ]
+            else:
+                try:
+                    since = int(str(resource_version))
+                except ValueError:
+                    raise ApiError.bad_request(
+                        f'resourceVersion: Invalid value: "{resource_version}"'
+                    ) from None
+                if since < self._floor:
+                    raise ApiError.expired(f"too old resource version: {since} ({self._floor})")
+                initial = [
+                    WatchEvent(ev.type, ev.rt, copy.deepcopy(ev.object), copy.deepcopy(ev.old))
+                    for ev in self._history
+                    if ev.resource_version > since
+                    and ev.rt == rt
+                    and namespace in (None, ev.object["metadata"].get("namespace"))
+                ]
+            return initial, self.subscribe(rt, namespace)
+
+
+def _spec_of(rt: ResourceType, obj: dict) -> dict:
+    """What generation tracks: everything but metadata, and status when it is a subresource."""
+    return {k: v for k, v in obj.items() if k != "metadata" and not (k == "status" and rt.has_status)}
+
+
+def _parse_patch_body(body: Any, media: str) -> Any:
+    if not isinstance(body, bytes | str):
+        return body
+    try:
+        if media == "application/apply-patch+yaml":
+            return yaml.safe_load(body)
+        return json.loads(body)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ApiError.bad_request(f"error decoding patch: {exc}") from exc
