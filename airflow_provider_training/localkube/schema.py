@@ -99,6 +99,15 @@ class CrdInfo:
 # ---------------------------------------------------------------------------------------------- compiling
 
 
+def _compile_pattern(pattern: str) -> re.Pattern[str] | None:
+    """CRD patterns are Go RE2; the few RE2 forms Python's re lacks are skipped rather than fail the CRD."""
+    try:
+        return re.compile(pattern)
+    except re.error:
+        log.warning("ignoring schema pattern %r: not a Python regular expression", pattern)
+        return None
+
+
 class _Schema:
     """One node of an ``openAPIV3Schema``, with what validation needs already looked up."""
 
@@ -146,7 +155,7 @@ class _Schema:
         self.enum: list[Any] | None = raw.get("enum")
         self.default = raw.get("default", _NO_DEFAULT)
         self.format: str | None = raw.get("format")
-        self.pattern = re.compile(raw["pattern"]) if "pattern" in raw else None
+        self.pattern = _compile_pattern(raw["pattern"]) if "pattern" in raw else None
         self.minimum = raw.get("minimum")
         self.maximum = raw.get("maximum")
         self.exclusive_min = bool(raw.get("exclusiveMinimum"))

@@ -413,3 +413,14 @@ def test_preserve_unknown_fields_and_embedded_resources_are_kept(tmp_path: Path)
     }
     errors = invalid(widgets, WIDGETS, widget({"options": {"level": "high", "free": "still kept"}}))
     assert list(errors) == ["spec.options.level"]
+
+
+def test_re2_only_pattern_is_ignored_not_fatal(tmp_path: Path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"label": {"type": "string", "pattern": r"^\p{L}+$"}, "n": {"type": "integer"}},
+    }
+    widgets = write_crd(tmp_path, schema)
+
+    assert widgets.validate_and_prune(*WIDGETS, widget({"label": "héllo"}))["spec"] == {"label": "héllo"}
+    assert list(invalid(widgets, WIDGETS, widget({"label": "x", "n": "1"}))) == ["spec.n"]
