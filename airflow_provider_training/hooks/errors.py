@@ -1,0 +1,80 @@
+"""Errors raised by the training-job hook."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+from multidict import CIMultiDict, CIMultiDictProxy
+
+
+class KubeApiError(ApiException):
+    """A non-2xx answer of the Kubernetes API, with its ``Status`` body already parsed.
+
+    A subclass of kubernetes_asyncio's ``ApiException``, so ``except ApiException`` code keeps working.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        reason: str = "",
+        message: str = "",
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(status=status, reason=reason)
+        self.message = message
+        self.status_body: dict[str, Any] = dict(body or {})
+        self.body = json.dumps(self.status_body).encode() if body else None
+        self.headers = CIMultiDictProxy(CIMultiDict(headers or {}))
+
+    @classmethod
+    def from_response(cls, status: int, raw: bytes, headers: Mapping[str, str]) -> KubeApiError:
+        """Build from an HTTP answer whose body is (usually) a ``Status`` object."""
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {"message": raw.decode("utf-8", errors="replace")}
+        if not isinstance(body, dict):
+            body = {"message": str(body)}
+        return cls.from_status(body, status=status, headers=headers)
+
+    @classmethod
+    def from_status(
+        cls, body: Mapping[str, Any], *, status: int | None = None, headers: Mapping[str, str] | None = None
+    ) -> KubeApiError:
+        """Build from a ``Status`` object (as a watch ``ERROR`` event carries it)."""
+        code = int(body.get("code") or status or 0)
+        return cls(code, str(body.get("reason") or ""), str(body.get("message") or ""), body, headers)
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the server asked us to wait (``Retry-After`` header or ``details.retryAfterSeconds``)."""
+        value: Any = self.headers.get("Retry-After") if self.headers is not None else None
+        if value is None:
+            value = (self.status_body.get("details") or {}).get("retryAfterSeconds")
+        try:
+            return max(0.0, float(value)) if value is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    def __str__(self) -> str:
+        text = f"Kubernetes API error {self.status}"
+        if self.reason:
+            text += f" {self.reason}"
+        return f"{text}: {self.message}" if self.message else text
+
+
+class JobExistsError(Exception):
+    """A job with this name already exists and is not the one this hook just created."""
+
+    def __init__(
+        self, kind: str, namespace: str, name: str, existing: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(f'{kind} "{name}" already exists in namespace "{namespace}"')
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.existing = dict(existing) if existing is not None else None

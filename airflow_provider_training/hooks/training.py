@@ -1,0 +1,541 @@
+"""The training-job hook: every Kubernetes API call the provider makes, written once on kubernetes_asyncio.
+
+:class:`AsyncTrainingJobHook` is the one implementation (triggers, the watch hub and the log streamer use it
+on their event loop). :class:`TrainingJobHook` is the thin sync facade operators use: it runs the same
+coroutines on a private event loop in a daemon thread, the way kr8s builds its sync API over one async core.
+
+Idempotent calls (get, list, delete, merge patch, log reads) retry with backoff on 429 (honouring
+Retry-After), 500/502/503/504 and dropped connections. A create is retried too: a 409 on a retry of our own
+create returns the object if it carries what we sent; anything else raises :class:`JobExistsError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import functools
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import aiohttp
+from airflow.sdk import BaseHook
+
+from airflow_provider_training.hooks.connection import (
+    DEFAULT_CONN_ID,
+    KubeSettings,
+    build_configuration,
+    load_connection_extras,
+    load_connection_extras_sync,
+)
+from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
+from airflow_provider_training.hooks.loop_thread import LoopThread
+from airflow_provider_training.hooks.retry import RetryPolicy
+from airflow_provider_training.hooks.transport import (
+    MERGE_PATCH,
+    KubeTransport,
+    collection_path,
+    encode_query,
+    iter_lines,
+    object_path,
+)
+from airflow_provider_training.kinds.base import EVENTS, PODS, JobKind, ResourceRef
+
+__all__ = ["AsyncTrainingJobHook", "JobExistsError", "KubeApiError", "RetryPolicy", "TrainingJobHook"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_PROPAGATION = "Foreground"
+
+
+class AsyncTrainingJobHook:
+    """Kubernetes API access for training jobs on one ``kubernetes`` connection; one reused ``ApiClient``.
+
+    ``connection_extras`` skips resolving the connection (the sync facade resolves it in the caller's thread).
+    Create the hook anywhere, use it on one event loop, and ``await close()`` when done.
+    """
+
+    default_conn_name = DEFAULT_CONN_ID
+
+    def __init__(
+        self,
+        kubernetes_conn_id: str | None = DEFAULT_CONN_ID,
+        *,
+        config_file: str | None = None,
+        cluster_context: str | None = None,
+        namespace: str | None = None,
+        connection_extras: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        request_timeout: float = 60.0,
+    ) -> None:
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.config_file = config_file
+        self.cluster_context = cluster_context
+        self.namespace = namespace
+        self.retry = retry or RetryPolicy()
+        self.request_timeout = request_timeout
+        self._extras = dict(connection_extras) if connection_extras is not None else None
+        self._settings: KubeSettings | None = None
+        self._transport: KubeTransport | None = None
+        self._init_lock = asyncio.Lock()
+
+    # -- configuration ---------------------------------------------------------------------------------------
+
+    @property
+    def connection_key(self) -> tuple[str | None, str | None, str | None]:
+        """What decides which cluster and credentials this hook uses (the watch hub shares watches by it)."""
+        return (self.kubernetes_conn_id, self.config_file, self.cluster_context)
+
+    def copy(self) -> AsyncTrainingJobHook:
+        """A new hook (with its own client) on the same connection and settings."""
+        return AsyncTrainingJobHook(
+            self.kubernetes_conn_id,
+            config_file=self.config_file,
+            cluster_context=self.cluster_context,
+            namespace=self.namespace,
+            connection_extras=self._extras,
+            retry=self.retry,
+            request_timeout=self.request_timeout,
+        )
+
+    async def get_settings(self) -> KubeSettings:
+        """The merged cluster settings (connection resolved without blocking the loop)."""
+        if self._settings is None:
+            if self._extras is None:
+                self._extras = await load_connection_extras(self.kubernetes_conn_id)
+            self._settings = KubeSettings.from_extras(
+                self._extras,
+                config_file=self.config_file,
+                cluster_context=self.cluster_context,
+                namespace=self.namespace,
+            )
+        return self._settings
+
+    async def get_namespace(self) -> str:
+        """The explicit namespace, else the connection's ``namespace`` extra, else ``"default"``."""
+        return (await self.get_settings()).namespace or "default"
+
+    async def transport(self) -> KubeTransport:
+        """The hook's one transport (``ApiClient``), created on first use."""
+        if self._transport is None:
+            async with self._init_lock:
+                if self._transport is None:
+                    configuration = await build_configuration(await self.get_settings())
+                    self._transport = KubeTransport(configuration, request_timeout=self.request_timeout)
+        return self._transport
+
+    @property
+    def request_count(self) -> int:
+        """HTTP requests this hook has sent (for benchmarks and tests)."""
+        return self._transport.requests if self._transport is not None else 0
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            transport, self._transport = self._transport, None
+            await transport.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        transport = await self.transport()
+        params = encode_query(query or {})
+        return await self.retry.call(
+            lambda _attempt: transport.request(
+                method, path, query=params, body=body, content_type=content_type
+            )
+        )
+
+    # -- any resource ----------------------------------------------------------------------------------------
+
+    async def get_object(self, resource: ResourceRef, name: str, namespace: str) -> dict[str, Any] | None:
+        """The object, or ``None`` when it does not exist."""
+        try:
+            return await self._call("GET", object_path(resource, namespace, name))
+        except KubeApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def list_objects(
+        self,
+        resource: ResourceRef,
+        namespace: str | None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> dict[str, Any]:
+        """The whole List answer (``items`` and ``metadata.resourceVersion``)."""
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        return await self._call("GET", collection_path(resource, namespace), query=query)
+
+    async def delete_object(
+        self, resource: ResourceRef, name: str, namespace: str, *, propagation_policy: str | None = None
+    ) -> bool:
+        """Delete; ``False`` when it was already gone."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
+        try:
+            await self._call("DELETE", object_path(resource, namespace, name), body=body)
+        except KubeApiError as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    async def watch_objects(
+        self,
+        resource: ResourceRef,
+        namespace: str | None,
+        *,
+        resource_version: str | None = None,
+        timeout_seconds: int = 300,
+        label_selector: str | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """One watch request: ``{"type", "object"}`` events (BOOKMARK included) until the server ends it.
+
+        An ``ERROR`` event (e.g. 410 Expired) is raised as :class:`KubeApiError`; so is a dropped connection
+        (as the aiohttp error). Reconnecting, relisting and backoff are the caller's (see ``watch.WatchHub``).
+        """
+        query = encode_query(
+            {
+                "watch": True,
+                "allowWatchBookmarks": True,
+                "resourceVersion": resource_version,
+                "timeoutSeconds": timeout_seconds,
+                "labelSelector": label_selector,
+            }
+        )
+        transport = await self.transport()
+        path = collection_path(resource, namespace)
+        async with transport.stream(path, query=query, read_timeout=timeout_seconds + 30) as resp:
+            async for line in iter_lines(resp):
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    raise KubeApiError.from_status(event.get("object") or {})
+                yield event
+
+    # -- jobs ------------------------------------------------------------------------------------------------
+
+    async def create_job(self, kind: JobKind, body: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+        """Create the job; :class:`JobExistsError` if one of that name exists that is not ours."""
+        manifest = _manifest_for(kind, body, namespace)
+        name = manifest["metadata"].get("name")
+        transport = await self.transport()
+        path = collection_path(kind.resource, namespace)
+
+        async def attempt(number: int) -> dict[str, Any]:
+            try:
+                return await transport.request("POST", path, body=manifest)
+            except KubeApiError as err:
+                if err.status != 409 or not name:
+                    raise
+                existing = await self.get_job(kind, name, namespace)
+                if number > 1 and existing is not None and _carries(existing, manifest):
+                    return existing  # our earlier attempt went through; its answer was lost
+                raise JobExistsError(kind.kind, namespace, name, existing) from err
+
+        if not name:  # generateName: a retry could create a second job
+            return await attempt(1)
+        return await self.retry.call(attempt)
+
+    async def get_job(self, kind: JobKind, name: str, namespace: str) -> dict[str, Any] | None:
+        return await self.get_object(kind.resource, name, namespace)
+
+    async def find_jobs(self, kind: JobKind, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return (await self.list_objects(kind.resource, namespace, label_selector=label_selector))["items"]
+
+    async def patch_job(
+        self, kind: JobKind, name: str, namespace: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """JSON merge patch (RFC 7386), the patch type custom resources accept."""
+        path = object_path(kind.resource, namespace, name)
+        return await self._call("PATCH", path, body=dict(patch), content_type=MERGE_PATCH)
+
+    async def delete_job(
+        self, kind: JobKind, name: str, namespace: str, *, propagation_policy: str = DEFAULT_PROPAGATION
+    ) -> bool:
+        """Delete the job and its ``delete_on_cleanup`` children; ``False`` if the job was already gone."""
+        existed = await self.delete_object(
+            kind.resource, name, namespace, propagation_policy=propagation_policy
+        )
+        for child in kind.children:
+            if not child.delete_on_cleanup:
+                continue
+            listed = await self.list_objects(child.resource, namespace, label_selector=child.selector(name))
+            for item in listed["items"]:
+                await self.delete_object(
+                    child.resource, item["metadata"]["name"], namespace, propagation_policy="Background"
+                )
+        return existed
+
+    async def wait_job_deleted(
+        self, kind: JobKind, name: str, namespace: str, *, timeout: float = 120.0, interval: float = 0.5
+    ) -> bool:
+        """Wait until the job no longer exists (foreground deletion takes a while); ``False`` on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while await self.get_job(kind, name, namespace) is not None:
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(interval)
+        return True
+
+    async def list_children(
+        self, kind: JobKind, name: str, namespace: str
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The ``needed_for_status`` children by resource key, as :attr:`JobKind.read_status` takes them."""
+        children: dict[str, list[dict[str, Any]]] = {}
+        for child in kind.children:
+            if child.needed_for_status:
+                listed = await self.list_objects(
+                    child.resource, namespace, label_selector=child.selector(name)
+                )
+                children[child.resource.key] = listed["items"]
+        return children
+
+    # -- pods, events, logs ----------------------------------------------------------------------------------
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return (await self.list_objects(PODS, namespace, label_selector=label_selector))["items"]
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.get_object(PODS, name, namespace)
+
+    async def list_events(
+        self, namespace: str, involved_name: str, involved_kind: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Events about one object, oldest first."""
+        selector = f"involvedObject.name={involved_name}"
+        if involved_kind:
+            selector += f",involvedObject.kind={involved_kind}"
+        items = (await self.list_objects(EVENTS, namespace, field_selector=selector))["items"]
+        return sorted(items, key=_event_time)
+
+    async def read_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        tail_lines: int | None = None,
+        since_time: datetime | None = None,
+        previous: bool = False,
+        timestamps: bool = False,
+    ) -> str:
+        """A container's log so far, decoded by us (UTF-8, invalid bytes replaced).
+
+        ``since_time`` has the API's one-second resolution.
+        """
+        query = encode_query(
+            {
+                "container": container,
+                "tailLines": tail_lines,
+                "sinceTime": format_since_time(since_time),
+                "previous": previous or None,
+                "timestamps": timestamps or None,
+            }
+        )
+        transport = await self.transport()
+        path = object_path(PODS, namespace, pod, "log")
+        raw = await self.retry.call(lambda _attempt: transport.read_bytes(path, query=query))
+        return raw.decode("utf-8", errors="replace")
+
+    async def follow_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        since_time: datetime | None = None,
+        timestamps: bool = True,
+    ) -> AsyncIterator[str]:
+        """The container's log lines as they are written, until the container ends.
+
+        Opening the stream is retried; a connection dropped mid-stream raises the aiohttp error (resuming
+        without loss or duplicates needs the timestamps, which ``logs.ReplicaLogStreamer`` does).
+        """
+        query = encode_query(
+            {
+                "container": container,
+                "follow": True,
+                "sinceTime": format_since_time(since_time),
+                "timestamps": timestamps or None,
+            }
+        )
+        transport = await self.transport()
+        path = object_path(PODS, namespace, pod, "log")
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def open_stream(_attempt: int) -> aiohttp.ClientResponse:
+                return await stack.enter_async_context(transport.stream(path, query=query))
+
+            resp = await self.retry.call(open_stream)
+            async for line in iter_lines(resp):
+                yield line.decode("utf-8", errors="replace")
+
+
+def format_since_time(value: datetime | None) -> str | None:
+    """RFC 3339 in UTC at second resolution, as the API takes ``sinceTime``."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _manifest_for(kind: JobKind, body: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    manifest = copy.deepcopy(dict(body))
+    manifest.setdefault("apiVersion", kind.api_version)
+    manifest.setdefault("kind", kind.kind)
+    metadata = manifest.setdefault("metadata", {})
+    metadata.setdefault("namespace", namespace)
+    return manifest
+
+
+def _carries(existing: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
+    """Whether ``existing`` is the object we sent: our labels and annotations, else (without any) our spec."""
+    ours = sent.get("metadata", {})
+    theirs = existing.get("metadata", {})
+    marks = [(key, ours.get(key) or {}) for key in ("labels", "annotations")]
+    if not any(values for _, values in marks):
+        return existing.get("spec") == sent.get("spec")
+    return all(
+        (theirs.get(key) or {}).get(label) == value
+        for key, values in marks
+        for label, value in values.items()
+    )
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    return str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+        or event.get("metadata", {}).get("creationTimestamp")
+        or ""
+    )
+
+
+def _sync(
+    method: Callable[Concatenate[AsyncTrainingJobHook, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[TrainingJobHook, P], R]:
+    """The sync twin of an async hook method: the same coroutine, run on the facade's private loop."""
+
+    @functools.wraps(method)
+    def call(self: TrainingJobHook, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._loop_thread().run(method(self.async_hook, *args, **kwargs))
+
+    return call
+
+
+def _sync_iter(
+    method: Callable[Concatenate[AsyncTrainingJobHook, P], AsyncIterator[R]],
+) -> Callable[Concatenate[TrainingJobHook, P], Iterator[R]]:
+    """The sync twin of an async-generator hook method: items fetched one by one from the private loop."""
+
+    @functools.wraps(method)
+    def call(self: TrainingJobHook, *args: P.args, **kwargs: P.kwargs) -> Iterator[R]:
+        return self._loop_thread().iterate(method(self.async_hook, *args, **kwargs))
+
+    return call
+
+
+class TrainingJobHook(BaseHook):
+    """Sync facade over :class:`AsyncTrainingJobHook`, for operators; the same methods, without ``await``.
+
+    Each instance owns one private event loop in a daemon thread and one async hook (one ``ApiClient``) on it.
+    The connection is resolved in the caller's thread. Call :meth:`close` (or use ``with``) when done.
+    """
+
+    conn_name_attr = "kubernetes_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = "kubernetes"
+    hook_name = "Kubernetes training jobs"
+
+    def __init__(
+        self,
+        kubernetes_conn_id: str | None = DEFAULT_CONN_ID,
+        *,
+        config_file: str | None = None,
+        cluster_context: str | None = None,
+        namespace: str | None = None,
+        retry: RetryPolicy | None = None,
+        request_timeout: float = 60.0,
+    ) -> None:
+        super().__init__()
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.config_file = config_file
+        self.cluster_context = cluster_context
+        self.namespace = namespace
+        self.retry = retry
+        self.request_timeout = request_timeout
+        self._async_hook: AsyncTrainingJobHook | None = None
+        self._loop: LoopThread | None = None
+
+    @property
+    def async_hook(self) -> AsyncTrainingJobHook:
+        """The async core this facade drives (connection resolved here, outside any event loop)."""
+        if self._async_hook is None:
+            self._async_hook = AsyncTrainingJobHook(
+                self.kubernetes_conn_id,
+                config_file=self.config_file,
+                cluster_context=self.cluster_context,
+                namespace=self.namespace,
+                connection_extras=load_connection_extras_sync(self.kubernetes_conn_id),
+                retry=self.retry,
+                request_timeout=self.request_timeout,
+            )
+        return self._async_hook
+
+    def _loop_thread(self) -> LoopThread:
+        if self._loop is None or self._loop.closed:
+            self._loop = LoopThread(name=f"training-hook-{self.kubernetes_conn_id}")
+        return self._loop
+
+    def get_conn(self) -> AsyncTrainingJobHook:
+        return self.async_hook
+
+    def close(self) -> None:
+        """Close the client and stop the private loop."""
+        if self._loop is None:
+            return
+        if self._async_hook is not None and not self._loop.closed:
+            self._loop.run(self._async_hook.close())
+        self._loop.close()
+        self._async_hook = None
+
+    def __enter__(self) -> TrainingJobHook:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    get_namespace = _sync(AsyncTrainingJobHook.get_namespace)
+    create_job = _sync(AsyncTrainingJobHook.create_job)
+    get_job = _sync(AsyncTrainingJobHook.get_job)
+    find_jobs = _sync(AsyncTrainingJobHook.find_jobs)
+    patch_job = _sync(AsyncTrainingJobHook.patch_job)
+    delete_job = _sync(AsyncTrainingJobHook.delete_job)
+    wait_job_deleted = _sync(AsyncTrainingJobHook.wait_job_deleted)
+    list_children = _sync(AsyncTrainingJobHook.list_children)
+    list_pods = _sync(AsyncTrainingJobHook.list_pods)
+    get_pod = _sync(AsyncTrainingJobHook.get_pod)
+    list_events = _sync(AsyncTrainingJobHook.list_events)
+    read_log = _sync(AsyncTrainingJobHook.read_log)
+    get_object = _sync(AsyncTrainingJobHook.get_object)
+    list_objects = _sync(AsyncTrainingJobHook.list_objects)
+    delete_object = _sync(AsyncTrainingJobHook.delete_object)
+
+    follow_log = _sync_iter(AsyncTrainingJobHook.follow_log)

@@ -1,0 +1,145 @@
+"""Raw HTTP access to the Kubernetes API over one kubernetes_asyncio ``ApiClient``.
+
+Every answer is read as bytes and decoded by us: JSON for objects and lists, UTF-8 (``errors="replace"``) for
+logs. This sidesteps the client's model (de)serialization, which the provider does not need (it works on plain
+dicts), and the kubernetes 36.x pod-log quirks. Retries are the caller's business (see :mod:`.retry`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient
+
+from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.kinds.base import ResourceRef
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import Configuration
+
+Query = Iterable[tuple[str, str]]
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def collection_path(resource: ResourceRef, namespace: str | None) -> str:
+    """``/api/v1/namespaces/ns/pods`` or ``/apis/group/version/namespaces/ns/plural``."""
+    base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+    if namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    return f"{base}/{resource.plural}"
+
+
+def object_path(
+    resource: ResourceRef, namespace: str | None, name: str, subresource: str | None = None
+) -> str:
+    path = f"{collection_path(resource, namespace)}/{quote(name, safe='')}"
+    return f"{path}/{subresource}" if subresource else path
+
+
+class KubeTransport:
+    """One ``ApiClient`` (one aiohttp session and connection pool), reused for every request."""
+
+    def __init__(self, configuration: Configuration, *, request_timeout: float = 60.0) -> None:
+        self._client = ApiClient(configuration)
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=min(30.0, request_timeout))
+        self.requests = 0
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: Query | None,
+        body: Any,
+        content_type: str,
+        accept: str,
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        self.requests += 1
+        return await self._client.call_api(
+            path,
+            method,
+            query_params=list(query or ()),
+            header_params={"Accept": accept, "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """One request; the JSON answer as a dict. Raises :class:`KubeApiError` on a non-2xx answer."""
+        resp = await self._send(method, path, query, body, content_type, "application/json", self._timeout)
+        async with resp:
+            raw = await resp.read()
+            _raise_for_status(resp, raw)
+        return json.loads(raw) if raw else {}
+
+    async def read_bytes(self, path: str, *, query: Query | None = None) -> bytes:
+        """One GET whose body is not JSON (pod logs), as raw bytes."""
+        resp = await self._send("GET", path, query, None, "application/json", "*/*", self._timeout)
+        async with resp:
+            raw = await resp.read()
+            _raise_for_status(resp, raw)
+        return raw
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, *, query: Query | None = None, read_timeout: float | None = None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A long-lived GET (watch, log follow): the open response, closed on exit."""
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._timeout.sock_connect, sock_read=read_timeout
+        )
+        resp = await self._send("GET", path, query, None, "application/json", "*/*", timeout)
+        try:
+            if not 200 <= resp.status < 300:
+                _raise_for_status(resp, await resp.read())
+            yield resp
+        finally:
+            resp.close()
+
+
+def _raise_for_status(resp: aiohttp.ClientResponse, raw: bytes) -> None:
+    if not 200 <= resp.status < 300:
+        raise KubeApiError.from_response(resp.status, raw, resp.headers)
+
+
+async def iter_lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The body's lines as they arrive (without the newline), joining lines split across chunks."""
+    pending = bytearray()
+    async for chunk in resp.content.iter_any():
+        pending += chunk
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            yield bytes(pending[start:end])
+            start = end + 1
+        del pending[:start]
+    if pending:
+        yield bytes(pending)
+
+
+def encode_query(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Query parameters as the API expects them: booleans lower-case, ``None`` dropped."""
+    out = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        out.append((key, ("true" if value else "false") if isinstance(value, bool) else str(value)))
+    return out

@@ -1,0 +1,338 @@
+"""Replica log streaming: follow every chosen replica pod of a job, each line prefixed ``[worker-0] ``.
+
+Pods are discovered through the watch hub (one shared pod watch per namespace), so a pod is followed as soon
+as its container has started. Lines are read with timestamps; a per-pod cursor (the last timestamp emitted and
+how many lines carried it) makes every re-read, after a dropped connection or a container restart, resume
+without loss or duplicates. The previous instance of a restarted container is read before the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.retry import is_transient
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.kinds.base import PODS, JobKind
+from airflow_provider_training.watch import DELETED, WatchHub
+
+log = logging.getLogger(__name__)
+
+ReplicaChoice = Literal["master", "all"] | Sequence[str]
+
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def stamp_key(stamp: str) -> int | None:
+    """An RFC 3339 (nano) timestamp as integer nanoseconds since the epoch; ``None`` if it is not one."""
+    match = _STAMP.match(stamp)
+    if match is None:
+        return None
+    zone = "+00:00" if match[3] == "Z" else match[3]
+    seconds = int(datetime.fromisoformat(match[1] + zone).timestamp())
+    return seconds * 1_000_000_000 + int((match[2] or "").ljust(9, "0"))
+
+
+def split_stamp(line: str) -> tuple[int | None, str]:
+    """``"<timestamp> text"`` (``timestamps=true``) into the timestamp key and the text."""
+    stamp, _, text = line.partition(" ")
+    key = stamp_key(stamp)
+    return (key, text) if key is not None else (None, line)
+
+
+class LogCursor:
+    """How far a pod's log has been emitted: the last timestamp and how many emitted lines carry it."""
+
+    def __init__(self) -> None:
+        self.key: int | None = None
+        self.count = 0
+
+    def since(self) -> datetime | None:
+        """Where a re-read starts (the API takes whole seconds; :meth:`session` drops what was emitted)."""
+        if self.key is None:
+            return None
+        return datetime.fromtimestamp(self.key // 1_000_000_000, UTC)
+
+    def session(self) -> Callable[[int | None], bool]:
+        """A filter for one read from :meth:`since`: ``True`` for each line not emitted before."""
+        start_key, start_count = self.key, self.count
+        repeats = 0
+
+        def fresh(key: int | None) -> bool:
+            nonlocal repeats
+            if key is None:
+                return True
+            if start_key is not None and key <= start_key:
+                if key < start_key:
+                    return False
+                repeats += 1
+                if repeats <= start_count:
+                    return False
+            if self.key is None or key > self.key:
+                self.key, self.count = key, 1
+            else:
+                self.count += 1
+            return True
+
+        return fresh
+
+
+class _Pod:
+    """What the streamer knows about one followed pod."""
+
+    def __init__(self, name: str, prefix: str, container: str, pod: dict[str, Any], tail: int) -> None:
+        self.name = name
+        self.prefix = prefix
+        self.container = container
+        self.pod = pod
+        self.deleted = False
+        self.changed = asyncio.Event()
+        self.cursor = LogCursor()
+        self.restarts_read: int | None = None  # restartCount when we last caught up on instances
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail)
+        self.task: asyncio.Task[None] | None = None
+
+    def update(self, pod: dict[str, Any] | None) -> None:
+        if pod is None:
+            self.deleted = True
+        else:
+            self.pod = pod
+        self.changed.set()
+
+    async def wait_change(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout)
+
+    def container_status(self) -> Mapping[str, Any]:
+        for status in (self.pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == self.container:
+                return status
+        return {}
+
+    @property
+    def phase(self) -> str:
+        return str((self.pod.get("status") or {}).get("phase") or "")
+
+
+class ReplicaLogStreamer:
+    """Streams the logs of a job's chosen replicas to ``emit``, one prefixed line per call.
+
+    ``replicas``: ``"master"`` (the kind's master selector), ``"all"``, or a list of replica types.
+    :meth:`run` follows pods as they appear until cancelled or :meth:`stop`-ped (which flushes what is left).
+    :meth:`tail` keeps the last ``tail_lines`` lines of each pod for failure messages.
+    """
+
+    def __init__(
+        self,
+        hook: AsyncTrainingJobHook,
+        kind: JobKind,
+        namespace: str,
+        job_name: str,
+        *,
+        replicas: ReplicaChoice = "master",
+        emit: Callable[[str], None],
+        tail_lines: int = 50,
+        hub: WatchHub | None = None,
+        retry_interval: float = 2.0,
+    ) -> None:
+        self.hook = hook
+        self.kind = kind
+        self.namespace = namespace
+        self.job_name = job_name
+        self.replicas = replicas
+        self.emit = emit
+        self.tail_lines = tail_lines
+        self.hub = hub
+        self.retry_interval = retry_interval
+        self._pods: dict[str, _Pod] = {}
+        self._runner: asyncio.Task[Any] | None = None
+        self._stopping = False
+        self._finished = asyncio.Event()
+
+    def tail(self, pod_name: str) -> list[str]:
+        """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
+        pod = self._pods.get(pod_name)
+        return list(pod.tail) if pod is not None else []
+
+    @property
+    def pod_names(self) -> list[str]:
+        """The pods followed so far."""
+        return list(self._pods)
+
+    def _selector(self) -> str:
+        if self.replicas == "master":
+            return self.kind.master_selector(self.job_name)
+        return self.kind.pod_selector(self.job_name)
+
+    def _wanted(self, replica_type: str) -> bool:
+        if isinstance(self.replicas, str):
+            return True
+        return replica_type.lower() in {r.lower() for r in self.replicas}
+
+    async def run(self) -> None:
+        """Follow the chosen replicas until cancelled, or until :meth:`stop` (then return normally)."""
+        self._runner = asyncio.current_task()
+        hub = self.hub or WatchHub.shared()
+        try:
+            async with hub.subscribe(
+                self.hook, PODS, self.namespace, label_selector=self._selector()
+            ) as events:
+                async for event in events:
+                    self._on_pod(event.type, event.object)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            if self._runner is not None:
+                self._runner.uncancel()
+        finally:
+            await self._cancel_followers()
+            if self._stopping:
+                await self._flush()
+            self._finished.set()
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Stop following and read what each started pod wrote since its last emitted line."""
+        if self._runner is None or self._runner.done():
+            return
+        self._stopping = True
+        self._runner.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._finished.wait()), timeout)
+
+    def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        known = self._pods.get(name)
+        if known is not None:
+            known.update(None if type_ == DELETED else pod)
+            return
+        if type_ == DELETED:
+            return
+        replica = self.kind.replica_of_pod(pod)
+        if not self._wanted(replica.replica_type):
+            return
+        label = replica.replica_type.lower() + ("" if replica.index is None else f"-{replica.index}")
+        state = _Pod(
+            name, f"[{label}] ", _container_name(pod, self.kind.default_container), pod, self.tail_lines
+        )
+        self._pods[name] = state
+        state.task = asyncio.get_running_loop().create_task(self._follow(state), name=f"logs {name}")
+
+    async def _cancel_followers(self) -> None:
+        tasks = [pod.task for pod in self._pods.values() if pod.task is not None and not pod.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _flush(self) -> None:
+        started = [pod for pod in self._pods.values() if pod.restarts_read is not None and not pod.deleted]
+        await asyncio.gather(*(self._read(pod) for pod in started), return_exceptions=True)
+
+    # -- one pod ---------------------------------------------------------------------------------------------
+
+    async def _follow(self, pod: _Pod) -> None:
+        try:
+            await self._follow_until_done(pod)
+        except Exception as err:  # one pod's trouble must not end the others' streams
+            log.warning("Stopped streaming the logs of pod %s: %s", pod.name, err)
+
+    async def _follow_until_done(self, pod: _Pod) -> None:
+        while not pod.deleted:
+            pod.changed.clear()
+            status = pod.container_status()
+            state = status.get("state") or {}
+            if not (
+                state.get("running")
+                or state.get("terminated")
+                or status.get("lastState", {}).get("terminated")
+            ):
+                if pod.phase in _TERMINAL_PHASES:
+                    return  # it ended without ever starting this container
+                await pod.wait_change()
+                continue
+            await self._catch_up_restarts(pod, int(status.get("restartCount") or 0))
+            if not state.get("running"):
+                await self._read(pod)
+                if pod.phase in _TERMINAL_PHASES:
+                    return
+                await pod.wait_change()
+                continue
+            emitted = await self._stream(pod)
+            try:
+                fresh = await self.hook.get_pod(self.namespace, pod.name)
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                await pod.wait_change(self.retry_interval)
+                continue
+            pod.update(fresh)
+            if not emitted and fresh is not None and (fresh.get("status") or {}).get("phase") == "Running":
+                await pod.wait_change(self.retry_interval)  # nothing new: do not spin on a quiet container
+        await self._read(pod)  # deleted: whatever the API still serves
+
+    async def _catch_up_restarts(self, pod: _Pod, restarts: int) -> None:
+        """Read the previous instance first when the container restarted since we last looked."""
+        if restarts > (pod.restarts_read if pod.restarts_read is not None else 0):
+            await self._read(pod, previous=True)
+        pod.restarts_read = restarts
+
+    async def _stream(self, pod: _Pod) -> int:
+        fresh = pod.cursor.session()
+        emitted = 0
+        lines = self.hook.follow_log(
+            self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
+        )
+        try:
+            async for line in lines:
+                key, text = split_stamp(line)
+                if fresh(key):
+                    self._emit(pod, text)
+                    emitted += 1
+        except Exception as err:
+            if not _retry_later(err):
+                raise
+            log.debug("Log stream of pod %s interrupted (%s); resuming", pod.name, err)
+        return emitted
+
+    async def _read(self, pod: _Pod, *, previous: bool = False) -> None:
+        fresh = pod.cursor.session()
+        try:
+            text = await self.hook.read_log(
+                self.namespace,
+                pod.name,
+                pod.container,
+                since_time=pod.cursor.since(),
+                previous=previous,
+                timestamps=True,
+            )
+        except Exception as err:
+            if not _retry_later(err):
+                raise
+            return
+        for line in text.splitlines():
+            key, body = split_stamp(line)
+            if fresh(key):
+                self._emit(pod, body)
+
+    def _emit(self, pod: _Pod, text: str) -> None:
+        pod.tail.append(text)
+        self.emit(pod.prefix + text)
+
+
+def _retry_later(err: BaseException) -> bool:
+    """Errors after which a pod's log may be read later: not started (400), gone (404), transient."""
+    if isinstance(err, KubeApiError) and err.status in (400, 404):
+        return True
+    return is_transient(err)
+
+
+def _container_name(pod: Mapping[str, Any], default: str) -> str:
+    names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    return default if default in names or not names else str(names[0])

@@ -1,0 +1,296 @@
+"""The shared watch hub: one LIST+WATCH per (connection, resource, namespace) per event loop, fanned out.
+
+Every trigger waiting on a job subscribes here instead of polling or watching on its own, so a triggerer with
+N deferred tasks keeps one watch per resource and namespace, whatever N is. The hub keeps the current objects
+(from the LIST, then the WATCH events), resumes a watch that ended from the last resourceVersion it saw,
+relists on 410 Expired (reporting what changed meanwhile as MODIFIED/DELETED), backs off on errors, and stops
+the watch when its last subscriber leaves.
+
+The watch is read raw (``watch=true`` answered as newline-delimited JSON) rather than through
+``kubernetes_asyncio.watch.Watch``: that class retries a 410 from the same stale resourceVersion and builds a
+default-configured ``ApiClient`` of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import weakref
+from collections.abc import AsyncIterator, Hashable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.retry import is_transient
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.kinds.base import ResourceRef
+from airflow_provider_training.localkube.selectors import Requirement, labels_match, parse_label_selector
+
+log = logging.getLogger(__name__)
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change as a subscriber sees it: ``ADDED``, ``MODIFIED`` or ``DELETED`` and the object."""
+
+    type: str
+    object: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.object.get("metadata", {}).get("name", ""))
+
+
+@dataclass(frozen=True)
+class HubStats:
+    """Counters of a hub's API traffic, for benchmarks and tests."""
+
+    watches_opened: int = 0  # watch requests sent (first connects and reconnects)
+    lists: int = 0  # LIST calls (first lists and relists)
+    relists: int = 0  # LISTs after a 410
+    requests: int = 0  # every HTTP request the hub sent, retries included
+    active_watches: int = 0  # shared watches running now
+    subscribers: int = 0  # subscribers now
+    events: int = 0  # watch events received from the server
+
+
+class _Subscriber:
+    """One subscription: a queue of events for one object name, or for objects matching a label selector."""
+
+    def __init__(self, name: str | None, selector: list[Requirement] | None) -> None:
+        self.name = name
+        self.selector = selector
+        self.queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
+        self.primed = False
+        self.matching: set[str] = set()  # for selector subscribers: the names it currently sees
+
+    def prime(self, objects: dict[str, dict[str, Any]], namespace: str) -> None:
+        """Deliver the current state: the named object (or a DELETED marker), or every matching object."""
+        self.primed = True
+        if self.name is not None:
+            obj = objects.get(self.name)
+            if obj is None:
+                marker = {"metadata": {"name": self.name, "namespace": namespace}}
+                self.queue.put_nowait(WatchEvent(DELETED, marker))
+            else:
+                self.queue.put_nowait(WatchEvent(ADDED, obj))
+            return
+        for obj in objects.values():
+            self.offer(ADDED, obj)
+
+    def offer(self, type_: str, obj: dict[str, Any]) -> None:
+        if not self.primed:
+            return  # the priming snapshot, taken later, already includes this change
+        name = obj.get("metadata", {}).get("name", "")
+        if self.name is not None:
+            if name == self.name:
+                self.queue.put_nowait(WatchEvent(type_, obj))
+            return
+        selected = type_ != DELETED and labels_match(self.selector or [], obj)
+        if selected:
+            seen = name in self.matching
+            self.matching.add(name)
+            self.queue.put_nowait(WatchEvent(MODIFIED if seen else ADDED, obj))
+        elif name in self.matching:
+            self.matching.discard(name)
+            self.queue.put_nowait(WatchEvent(DELETED, obj))
+
+    async def events(self) -> AsyncIterator[WatchEvent]:
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+class _SharedWatch:
+    """The LIST+WATCH loop of one (connection, resource, namespace), with its own hook and client."""
+
+    def __init__(self, hub: WatchHub, hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str):
+        self.hub = hub
+        self.hook = hook
+        self.resource = resource
+        self.namespace = namespace
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.resource_version: str | None = None
+        self.synced = False
+        self.subscribers: list[_Subscriber] = []
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"watch {resource.key}/{namespace}"
+        )
+
+    @property
+    def _label(self) -> str:
+        return f"{self.resource.key} in {self.namespace}"
+
+    def add(self, sub: _Subscriber) -> None:
+        self.subscribers.append(sub)
+        if self.synced:
+            sub.prime(self.objects, self.namespace)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+
+    async def _run(self) -> None:
+        self.hub._count(active_watches=1)
+        failures = 0
+        try:
+            while True:
+                try:
+                    if self.resource_version is None:
+                        await self._list()
+                    await self._watch()
+                    failures = 0
+                except KubeApiError as err:
+                    if err.status == 410:
+                        log.info("Watch of %s expired (%s); relisting", self._label, err)
+                        self.resource_version = None
+                        self.hub._count(relists=1)
+                        continue
+                    if not is_transient(err):
+                        raise
+                    failures += 1
+                    await self._backoff(failures, err)
+                except Exception as err:
+                    if not is_transient(err):
+                        raise
+                    failures += 1
+                    await self._backoff(failures, err)
+        except Exception as err:
+            log.warning("Watch of %s failed: %s", self._label, err)
+            for sub in self.subscribers:
+                sub.queue.put_nowait(err)
+        finally:
+            self.hub._count(active_watches=-1, requests=self.hook.request_count)
+            await self.hook.close()
+
+    async def _backoff(self, failures: int, err: BaseException) -> None:
+        policy = self.hook.retry
+        delay = policy.delay(min(failures, 8), err)
+        log.info("Watch of %s interrupted (%s); retrying in %.2fs", self._label, err, delay)
+        await asyncio.sleep(delay)
+
+    async def _list(self) -> None:
+        self.hub._count(lists=1)
+        listed = await self.hook.list_objects(self.resource, self.namespace)
+        current = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+        self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
+        if not self.synced:
+            self.objects = current
+            self.synced = True
+            for sub in self.subscribers:
+                sub.prime(self.objects, self.namespace)
+            return
+        # A relist: report what the expired watch missed.
+        for name, gone in list(self.objects.items()):
+            if name not in current:
+                self._apply(DELETED, gone)
+        for name, obj in current.items():
+            before = self.objects.get(name)
+            if before is None:
+                self._apply(ADDED, obj)
+            elif _rv(before) != _rv(obj):
+                self._apply(MODIFIED, obj)
+
+    async def _watch(self) -> None:
+        self.hub._count(watches_opened=1)
+        timeout = random.randint(*self.hub.watch_timeout)
+        events = self.hook.watch_objects(
+            self.resource, self.namespace, resource_version=self.resource_version, timeout_seconds=timeout
+        )
+        async for event in events:
+            self.hub._count(events=1)
+            obj = event.get("object") or {}
+            version = _rv(obj)
+            if event.get("type") != "BOOKMARK":
+                self._apply(str(event.get("type")), obj)
+            if version:
+                self.resource_version = version
+
+    def _apply(self, type_: str, obj: dict[str, Any]) -> None:
+        name = obj.get("metadata", {}).get("name", "")
+        if type_ == DELETED:
+            self.objects.pop(name, None)
+        else:
+            self.objects[name] = obj
+        for sub in self.subscribers:
+            sub.offer(type_, obj)
+
+
+def _rv(obj: dict[str, Any]) -> str | None:
+    return obj.get("metadata", {}).get("resourceVersion")
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchHub] = weakref.WeakKeyDictionary()
+
+
+class WatchHub:
+    """Shares one LIST+WATCH per (connection, resource, namespace) among the subscribers of an event loop."""
+
+    def __init__(self, *, watch_timeout: tuple[int, int] = (240, 360)) -> None:
+        # Server-side timeoutSeconds of each watch request, drawn from this range so reconnects spread out.
+        self.watch_timeout = watch_timeout
+        self._watches: dict[Hashable, _SharedWatch] = {}
+        self._stats = HubStats()
+
+    @classmethod
+    def shared(cls) -> WatchHub:
+        """The hub of the running event loop (one per triggerer loop)."""
+        loop = asyncio.get_running_loop()
+        hub = _hubs.get(loop)
+        if hub is None:
+            hub = _hubs[loop] = cls()
+        return hub
+
+    @property
+    def stats(self) -> HubStats:
+        live = sum(watch.hook.request_count for watch in self._watches.values() if not watch.task.done())
+        return replace(self._stats, requests=self._stats.requests + live)
+
+    def _count(self, **deltas: int) -> None:
+        self._stats = replace(self._stats, **{k: getattr(self._stats, k) + v for k, v in deltas.items()})
+
+    @contextlib.asynccontextmanager
+    async def subscribe(
+        self,
+        hook: AsyncTrainingJobHook,
+        resource: ResourceRef,
+        namespace: str,
+        *,
+        name: str | None = None,
+        label_selector: str | None = None,
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        """Events of one object (``name``), of the objects matching ``label_selector``, or of all.
+
+        The first event for a named object is its current state (``ADDED``), or ``DELETED`` with just its name
+        when it does not exist. A selector subscription starts with ``ADDED`` for every matching object, and
+        sees an object that stops matching as ``DELETED``. A watch failure that retrying cannot fix (403, an
+        unknown resource) is raised from the iterator.
+        """
+        selector = parse_label_selector(label_selector) if label_selector else None
+        key = (hook.connection_key, resource.group, resource.version, resource.plural, namespace)
+        watch = self._watches.get(key)
+        if watch is None or watch.task.done():
+            watch = self._watches[key] = _SharedWatch(self, hook.copy(), resource, namespace)
+        sub = _Subscriber(name, selector)
+        watch.add(sub)
+        self._count(subscribers=1)
+        try:
+            yield sub.events()
+        finally:
+            self._count(subscribers=-1)
+            watch.subscribers.remove(sub)
+            if not watch.subscribers:
+                if self._watches.get(key) is watch:
+                    del self._watches[key]
+                await watch.stop()
