@@ -107,7 +107,7 @@ LAYOUTS: tuple[Layout, ...] = (
     ),
     Layout("JAXJob", "jaxjobs", "jaxReplicaSpecs", ("Worker",), "jax"),
 )
-_LAYOUT_BY_KIND = {layout.kind: layout for layout in LAYOUTS}
+LAYOUT_BY_KIND = {layout.kind: layout for layout in LAYOUTS}
 
 
 def no_status_causes(layout: Layout) -> str:
@@ -143,7 +143,7 @@ def read_status(
     Running, Created decides, matched by type and ``status == "True"``. No conditions at all is PENDING, and
     ``stalled`` once ``grace_seconds`` passed since ``metadata.creationTimestamp`` (``now`` is injectable).
     """
-    layout = _LAYOUT_BY_KIND.get(str(job.get("kind")))
+    layout = LAYOUT_BY_KIND.get(str(job.get("kind")))
     if layout is None:
         raise ValueError(f"not a kubeflow.org/v1 job kind: {job.get('kind')!r}")
     status: Mapping[str, Any] = job.get("status") or {}

@@ -8,7 +8,9 @@ answers with the first family that has an MXJob (``kubeflow.org/v1``).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from functools import cache
+from types import ModuleType
 
 from airflow_provider_training.kinds.base import JobKind
 
@@ -26,18 +28,21 @@ def all_kinds() -> list[JobKind]:
     return list(_load_kinds())
 
 
+def import_family_modules(module_names: Iterable[str]) -> list[ModuleType]:
+    """Import each module; one that does not exist is skipped, one whose own imports fail raises."""
+    modules = []
+    for module_name in module_names:
+        try:
+            modules.append(importlib.import_module(module_name))
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+    return modules
+
+
 @cache
 def _load_kinds() -> tuple[JobKind, ...]:
-    kinds: list[JobKind] = []
-    for module_name in FAMILY_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:  # the module exists but one of its imports is missing: a real error
-                raise
-            continue
-        kinds.extend(module.KINDS)
-    return tuple(kinds)
+    return tuple(kind for module in import_family_modules(FAMILY_MODULES) for kind in module.KINDS)
 
 
 def known_kinds_text() -> str:
