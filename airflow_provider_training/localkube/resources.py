@@ -124,3 +124,91 @@ CUSTOM_TYPES: tuple[ResourceType, ...] = KUBEFLOW_V1 + LEGACY + TENSORSTACK
 def default_resource_types() -> list[ResourceType]:
     """Built-ins plus every custom kind of every API family the provider supports."""
     return [*BUILTIN_TYPES, *CUSTOM_TYPES]
+
+
+# -- discovery documents -----------------------------------------------------------------------------------
+VERSION = {
+    "major": "1",
+    "minor": "31",
+    "gitVersion": "v1.31.0-localkube",
+    "gitCommit": "localkube",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.22.5",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"]}
+
+
+def api_versions(server_address: str) -> dict:
+    """`/api`: the core group's APIVersions."""
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
+
+
+def _versions_by_group(types: list[ResourceType]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for rt in types:
+        if rt.group and rt.version not in groups.setdefault(rt.group, []):
+            groups[rt.group].append(rt.version)
+    return groups
+
+
+def _api_group(name: str, versions: list[str]) -> dict:
+    stable = sorted(versions, key=lambda v: (v != "v1", v))  # v1 is preferred where served
+    entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in stable]
+    return {"name": name, "versions": entries, "preferredVersion": entries[0]}
+
+
+def group_list(types: list[ResourceType]) -> dict:
+    """`/apis`: APIGroupList of every named group served."""
+    groups = [_api_group(name, versions) for name, versions in sorted(_versions_by_group(types).items())]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def group(types: list[ResourceType], name: str) -> dict | None:
+    """`/apis/{group}`: one APIGroup, or None if not served."""
+    versions = _versions_by_group(types).get(name)
+    return {"kind": "APIGroup", "apiVersion": "v1", **_api_group(name, versions)} if versions else None
+
+
+def resource_list(types: list[ResourceType], group_name: str, version: str) -> dict | None:
+    """`/api/v1` or `/apis/{group}/{version}`: APIResourceList with subresources (`pods/log`), or None."""
+    resources: list[dict] = []
+    for rt in sorted(
+        (t for t in types if (t.group, t.version) == (group_name, version)), key=lambda t: t.plural
+    ):
+        entry = {
+            "name": rt.plural,
+            "singularName": rt.singular,
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": VERBS,
+        }
+        if rt.short_names:
+            entry["shortNames"] = list(rt.short_names)
+        resources.append(entry)
+        resources.extend(
+            {
+                "name": f"{rt.plural}/{sub}",
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
+            }
+            for sub in sorted(rt.subresources)
+        )
+    if not resources:
+        return None
+    group_version = f"{group_name}/{version}" if group_name else version
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": resources,
+    }

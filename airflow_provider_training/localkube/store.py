@@ -503,6 +503,8 @@ class Store:
             if not isinstance(result, dict):
                 raise ApiError(422, "Invalid", "the patch replaced the whole object with a non-object")
             return result
+        if not isinstance(patch, dict):  # what the real server answers a JSON array sent as a merge patch
+            raise ApiError.bad_request("Invalid JSON Patch")
         if media in ("application/merge-patch+json", "application/apply-patch+yaml"):
             return merge_patch(current, patch)
         if media == "application/strategic-merge-patch+json":

@@ -1,0 +1,76 @@
+"""pytest fixtures for DAG tests against localkube, the embedded Kubernetes API.
+
+Load them with ``pytest_plugins = ["airflow_provider_training.testing"]`` in a ``conftest.py``:
+
+- ``localkube``: a running cluster (its own loop in a thread, default controllers, scripted runtime) with a
+  kubeconfig written to a temporary directory (``localkube.kubeconfig``);
+- ``localkube_conn``: the id of an Airflow ``kubernetes`` connection (``kubernetes_default``) pointing at it;
+- ``localkube_async``: the same cluster started in the running loop of an async test.
+
+Override ``localkube_runtime`` ("scripted" or "process") or ``localkube_crd_dir`` (a directory of CRD YAMLs,
+to validate custom objects against their schemas) in your own conftest to change how the cluster starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_training.localkube.cluster import LocalKube
+
+CONN_ID = "kubernetes_default"
+
+
+@pytest.fixture
+def localkube_runtime() -> str:
+    """The pod runtime of the ``localkube`` fixtures; override to use "process"."""
+    return "scripted"
+
+
+@pytest.fixture
+def localkube_crd_dir() -> str | None:
+    """A directory of CRD YAMLs to validate against; None serves built-in definitions unvalidated."""
+    return None
+
+
+@pytest.fixture
+def localkube(localkube_runtime: str, localkube_crd_dir: str | None, tmp_path: Path) -> Iterator[LocalKube]:
+    """A running localkube in a background thread, with ``.kubeconfig`` written under tmp_path."""
+    cluster = LocalKube(runtime=localkube_runtime, crd_dir=localkube_crd_dir)
+    with cluster:
+        cluster.write_kubeconfig(tmp_path / "localkube.kubeconfig")
+        yield cluster
+
+
+def connection_json(kubeconfig: Path | str, namespace: str = "default") -> str:
+    """The ``AIRFLOW_CONN_...`` value of a ``kubernetes`` connection that uses the kubeconfig."""
+    return json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace}}
+    )
+
+
+@pytest.fixture
+def localkube_conn(localkube: LocalKube, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Points the ``kubernetes_default`` connection at ``localkube`` (restored afterwards); returns its id."""
+    assert localkube.kubeconfig is not None
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection_json(localkube.kubeconfig))
+    return CONN_ID
+
+
+try:
+    import pytest_asyncio
+except ImportError:  # the async fixture needs pytest-asyncio; the sync ones do not
+    pass
+else:
+
+    @pytest_asyncio.fixture
+    async def localkube_async(
+        localkube_runtime: str, localkube_crd_dir: str | None, tmp_path: Path
+    ) -> AsyncIterator[LocalKube]:
+        """A localkube running in the test's own event loop (for async tests and triggers)."""
+        async with LocalKube(runtime=localkube_runtime, crd_dir=localkube_crd_dir) as cluster:
+            cluster.write_kubeconfig(tmp_path / "localkube.kubeconfig")
+            yield cluster
