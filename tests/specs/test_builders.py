@@ -1,0 +1,143 @@
+"""The builders give valid manifests for the common case."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_training.specs import (
+    SpecError,
+    build_job,
+    jax_job,
+    job_name_limit,
+    mpi_job,
+    mx_job,
+    paddle_job,
+    pytorch_job,
+    tf_job,
+    xgboost_job,
+)
+
+
+def containers(job, key, type_):
+    return job["spec"][key][type_]["template"]["spec"]["containers"]
+
+
+def test_pytorch_job():
+    job = pytorch_job(
+        name="mnist",
+        namespace="ml",
+        image="pytorch:2",
+        command=["torchrun", "train.py"],
+        args=["--epochs", "1"],
+        workers=3,
+        env={"EPOCHS": 1},
+        resources={"limits": {"nvidia.com/gpu": 1}},
+        labels={"team": "ml"},
+        nproc_per_node=2,
+        run_policy={"cleanPodPolicy": "None", "backoffLimit": 2},
+    )
+    assert job["metadata"] == {"name": "mnist", "namespace": "ml", "labels": {"team": "ml"}}
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    assert {t: (s["replicas"], s["restartPolicy"]) for t, s in specs.items()} == {
+        "Master": (1, "OnFailure"),
+        "Worker": (3, "OnFailure"),
+    }
+    assert containers(job, "pytorchReplicaSpecs", "Worker") == [
+        {
+            "name": "pytorch",
+            "image": "pytorch:2",
+            "command": ["torchrun", "train.py"],
+            "args": ["--epochs", "1"],
+            "resources": {"limits": {"nvidia.com/gpu": 1}},
+            "env": [{"name": "EPOCHS", "value": "1"}],
+        }
+    ]
+    assert job["spec"]["nprocPerNode"] == "2"
+    assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "backoffLimit": 2}
+
+
+def test_pytorch_job_without_master_and_without_name():
+    job = pytorch_job(image="img", command="python", master=0, workers=1)
+    assert list(job["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+    assert job["metadata"] == {}
+    assert containers(job, "pytorchReplicaSpecs", "Worker")[0]["command"] == ["python"]
+
+
+def test_builder_checks_the_operator_rules():
+    with pytest.raises(SpecError, match=r"Master\.replicas: must be exactly 1 for Master \(got 2\)"):
+        pytorch_job(image="img", master=2)
+
+
+def test_client_objects_are_converted():
+    from kubernetes.client import V1EnvVar, V1EnvVarSource, V1ResourceRequirements, V1SecretKeySelector
+
+    secret = V1EnvVarSource(secret_key_ref=V1SecretKeySelector(name="s", key="token"))
+    job = tf_job(
+        image="tf:2",
+        workers=2,
+        ps=1,
+        env=[V1EnvVar(name="TOKEN", value_from=secret)],
+        resources=V1ResourceRequirements(requests={"cpu": "2"}),
+    )
+    assert list(job["spec"]["tfReplicaSpecs"]) == ["PS", "Worker"]
+    (container,) = containers(job, "tfReplicaSpecs", "PS")
+    assert container["env"] == [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "token"}}}
+    ]
+    assert container["resources"] == {"requests": {"cpu": "2"}}
+
+
+def test_mpi_job_runs_the_command_on_the_launcher_only():
+    job = mpi_job(
+        image="horovod", command=["mpirun", "-np", "4", "python", "t.py"], workers=4, slots_per_worker=1
+    )
+    assert containers(job, "mpiReplicaSpecs", "Launcher")[0]["command"][0] == "mpirun"
+    assert "command" not in containers(job, "mpiReplicaSpecs", "Worker")[0]
+    assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4
+    assert job["spec"]["slotsPerWorker"] == 1
+
+
+@pytest.mark.parametrize(
+    ("builder", "key", "types", "container"),
+    [
+        (xgboost_job, "xgbReplicaSpecs", ["Master", "Worker"], "xgboost"),
+        (paddle_job, "paddleReplicaSpecs", ["Worker"], "paddle"),
+        (jax_job, "jaxReplicaSpecs", ["Worker"], "jax"),
+        (mx_job, "mxReplicaSpecs", ["Scheduler", "Server", "Worker"], "mxnet"),
+    ],
+)
+def test_other_builders(builder, key, types, container):
+    job = builder(image="img", command=["run"])
+    assert list(job["spec"][key]) == types
+    assert containers(job, key, types[0])[0]["name"] == container
+
+
+def test_mx_job_mode():
+    assert mx_job(image="img", job_mode="MXTune")["spec"]["jobMode"] == "MXTune"
+
+
+def test_generic_builder_with_extra_pod_and_container_fields():
+    job = build_job(
+        "JAXJob",
+        "jax:0.4",
+        ["python", "-m", "train"],
+        {"Worker": 4},
+        container={"imagePullPolicy": "Always", "ports": [{"containerPort": 6666, "name": "jaxjob-port"}]},
+        pod_spec={"nodeSelector": {"pool": "tpu"}},
+        restart_policy="ExitCode",
+    )
+    worker = job["spec"]["jaxReplicaSpecs"]["Worker"]
+    assert worker["restartPolicy"] == "ExitCode"
+    assert worker["template"]["spec"]["nodeSelector"] == {"pool": "tpu"}
+    assert worker["template"]["spec"]["containers"][0]["imagePullPolicy"] == "Always"
+
+
+def test_generic_builder_refuses_an_unknown_kind():
+    with pytest.raises(ValueError, match="unknown training job kind 'TorchJob'"):
+        build_job("TorchJob", "img")
+
+
+def test_job_name_limit_follows_the_replica_counts():
+    assert job_name_limit(pytorch_job(image="img", workers=10)) == 63 - len("-worker-9")
+    assert job_name_limit(tf_job(image="img", workers=1, evaluator=1)) == 63 - len("-evaluator-0")
+    assert job_name_limit(mpi_job(image="img", workers=2)) == 63 - len("-launcher")
