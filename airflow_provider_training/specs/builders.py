@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 from airflow_provider_training.kinds import JobKind, get_kind
-from airflow_provider_training.specs.loader import load_job
+from airflow_provider_training.specs.loader import load_job, model_for
 
 Command = Sequence[str] | str
 
@@ -27,9 +27,8 @@ class JobOptions(TypedDict, total=False):
     env: Mapping[str, str] | Sequence[Any]  # {"NAME": "value"} or a list of env entries / V1EnvVar
     restart_policy: str  # Always | OnFailure | Never | ExitCode; unset: the operator's default for the kind
     run_policy: Mapping[str, Any]  # {"cleanPodPolicy": "None", "backoffLimit": 3, ...}
-    container: Mapping[
-        str, Any
-    ]  # more container fields: ports, volumeMounts, imagePullPolicy, workingDir, ...
+    # more container fields: ports, volumeMounts, imagePullPolicy, workingDir, ...
+    container: Mapping[str, Any]
     pod_spec: Mapping[str, Any]  # more pod spec fields: volumes, nodeSelector, tolerations, ...
     spec: Mapping[str, Any]  # more spec fields of the kind: successPolicy, elasticPolicy, ...
 
@@ -49,9 +48,7 @@ def build_job(
     """
     job_kind = kind if isinstance(kind, JobKind) else get_kind(kind)
     if job_kind.replica_spec_key is None:
-        raise ValueError(
-            f"{job_kind.kind} has no map of replica specs; write its manifest and use load_job()"
-        )
+        raise ValueError(f"{job_kind.kind} has no replica specs to build; write its manifest, use load_job()")
     replica_specs = {
         type_: _replica_spec(
             image,
@@ -66,7 +63,8 @@ def build_job(
     metadata = {
         key: value for key, value in options.items() if key in ("name", "namespace", "labels", "annotations")
     }
-    spec: dict[str, Any] = {**options.get("spec", {}), job_kind.replica_spec_key: replica_specs}
+    packed = model_for(job_kind).pack_replica_specs(replica_specs)
+    spec: dict[str, Any] = {**options.get("spec", {}), job_kind.replica_spec_key: packed}
     if "run_policy" in options:
         spec["runPolicy"] = options["run_policy"]
     manifest = {"apiVersion": job_kind.api_version, "kind": job_kind.kind, "metadata": metadata, "spec": spec}

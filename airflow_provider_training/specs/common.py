@@ -141,6 +141,12 @@ class JobModel(SpecModel):
         """Every replica type of this job; kinds whose spec holds replicas override this."""
         return []
 
+    @classmethod
+    def pack_replica_specs(cls, by_type: dict[str, dict[str, Any]]) -> Any:
+        """The value of the spec's replica key for builders: a map by type here; list-shaped APIs
+        (``replicaSpecs: [{type: ..., ...}]``) override this."""
+        return by_type
+
     def rule_errors(self) -> FieldErrors:
         """The kind's own operator rules (webhook validation); the generic checks run anyway."""
         return []
