@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from airflow_provider_training.kinds import JobKind, get_kind
 from airflow_provider_training.kinds.registry import import_family_modules, known_kinds_text
-from airflow_provider_training.specs.common import JobModel
+from airflow_provider_training.specs.common import JobModel, name_errors
 from airflow_provider_training.specs.errors import FieldErrors, SpecError
 
 SPEC_MODULES: tuple[str, ...] = (
@@ -37,6 +37,9 @@ class UntypedJob(JobModel):
 
     model_config = ConfigDict(strict=False)
     spec: dict[str, Any]
+
+    def errors(self) -> FieldErrors:
+        return name_errors(self.metadata.name, [])
 
 
 @cache

@@ -183,3 +183,36 @@ def test_loading_a_dict_job_does_not_import_a_kubernetes_client():
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == ""
+
+
+def test_a_kind_without_a_spec_model_is_checked_for_its_name_only(monkeypatch):
+    from airflow_provider_training.kinds import (
+        JobKind,
+        JobState,
+        JobStatus,
+        ReplicaPod,
+        ResourceRef,
+        registry,
+    )
+
+    demo = JobKind(
+        resource=ResourceRef("example.com", "v1", "demojobs", "DemoJob"),
+        family="demo",
+        replica_types=("node",),
+        default_container="main",
+        read_status=lambda job, children: JobStatus(JobState.PENDING),
+        pod_selector=lambda name: f"demo={name}",
+        master_selector=lambda name: f"demo={name}",
+        replica_of_pod=lambda pod: ReplicaPod("node", 0, ""),
+    )
+    known = registry.all_kinds()
+    monkeypatch.setattr(registry, "_load_kinds", lambda: (*known, demo))
+    job = {
+        "apiVersion": "example.com/v1",
+        "kind": "DemoJob",
+        "metadata": {"name": "d"},
+        "spec": {"anything": [1]},
+    }
+    assert load_job(job) == job
+    job["metadata"]["name"] = "D"
+    refused(job, "metadata.name", "DNS-1035")
