@@ -95,7 +95,7 @@ class RunPolicy(SpecModel):
 
 @dataclass(frozen=True)
 class Replica:
-    """One replica type of a job, wherever its spec sits, with the operator's default count applied."""
+    """One replica type of a job, wherever its spec sits: its count as written and the operator's default."""
 
     path: str  # "spec.pytorchReplicaSpecs.Master" or "spec.replicaSpecs[0]"
     type: str
