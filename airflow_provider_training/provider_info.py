@@ -1,12 +1,83 @@
-"""The dict Airflow's provider discovery reads; kept apart so importing the package stays cheap."""
+"""The dict Airflow's provider discovery reads; kept apart so importing the package stays cheap.
+
+No ``connection-types``: the provider uses the cncf.kubernetes ``kubernetes`` connection type, which that
+provider registers; registering it twice would make two hooks claim one type.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+INTEGRATION = "Distributed Training"
+
 PROVIDER_INFO: dict[str, Any] = {
     "package-name": "airflow-provider-training",
     "name": "Distributed Training",
-    "description": "Operators, sensors and triggers for distributed training jobs on Kubernetes.",
+    "description": "Operators, sensors and triggers for distributed training jobs on Kubernetes "
+    "(Kubeflow Training Operator, PaddlePaddle EDL, legacy MXNet, TensorStack T9k).",
     "versions": ["0.1.0"],
+    "integrations": [
+        {
+            "integration-name": INTEGRATION,
+            "external-doc-url": "https://www.kubeflow.org/docs/components/trainer/legacy-v1/",
+            "tags": ["software"],
+        }
+    ],
+    "operators": [
+        {
+            "integration-name": INTEGRATION,
+            "python-modules": [
+                "airflow_provider_training.operators.training",
+                "airflow_provider_training.operators.kubeflow",
+            ],
+        }
+    ],
+    "sensors": [
+        {
+            "integration-name": INTEGRATION,
+            "python-modules": [
+                "airflow_provider_training.sensors.training",
+                "airflow_provider_training.sensors.kubeflow",
+            ],
+        }
+    ],
+    "hooks": [
+        {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_training.hooks.training"]}
+    ],
+    "triggers": [
+        {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_training.triggers.training"]}
+    ],
+    "extra-links": ["airflow_provider_training.links.TrainingJobLink"],
+    "config": {
+        "training": {
+            "description": "Defaults of the distributed-training provider.",
+            "options": {
+                "job_url_template": {
+                    "description": "URL of a job's page for the 'Training Job' link, with the fields "
+                    "{namespace}, {name}, {kind}, {plural} and {uid}. The connection extra "
+                    "training_job_url_template overrides it. Empty: no link.",
+                    "version_added": "0.1.0",
+                    "type": "string",
+                    "example": "https://kubeflow.example.com/_/training/#/{namespace}/{plural}/{name}",
+                    "default": "",
+                },
+                "startup_timeout": {
+                    "description": "Seconds after a job's creation within which one replica pod must start; "
+                    "otherwise the wait ends with a timeout (operators' default).",
+                    "version_added": "0.1.0",
+                    "type": "float",
+                    "example": "1800",
+                    "default": "600",
+                },
+                "status_grace_period": {
+                    "description": "Seconds a new job may have no status before the wait reports that its "
+                    "training operator seems not to be running.",
+                    "version_added": "0.1.0",
+                    "type": "float",
+                    "example": "120",
+                    "default": "60",
+                },
+            },
+        }
+    },
 }

@@ -1,0 +1,1 @@
+"""Triggers that wait for training jobs in the triggerer."""

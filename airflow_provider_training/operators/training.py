@@ -1,0 +1,228 @@
+"""``TrainingJobOperator``: submit any training job kind, wait for it without a worker slot, report why.
+
+Parameters and glue only: validation is ``specs.load_job``, API calls are the hook, waiting is the trigger
+(run inline in sync mode), naming is :mod:`~airflow_provider_training.naming`, results and errors are
+:mod:`~airflow_provider_training.results`. Nothing heavy is imported before ``execute``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.configuration import conf
+
+from airflow_provider_training import naming
+from airflow_provider_training.links import TrainingJobLink
+from airflow_provider_training.results import TrainingJobError, build_result, failure_message
+from airflow_provider_training.submission import JobSubmitter
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+WAIT_UNTIL = ("Succeeded", "Running", None)
+ACTIONS_IF_EXISTS = ("reattach", "recreate", "fail")
+ON_FINISH_ACTIONS = ("keep", "delete", "delete_succeeded")
+ON_KILL_ACTIONS = ("delete", "keep")
+
+
+def _choice(name: str, value: Any, allowed: Sequence[Any]) -> Any:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}; got {value!r}")
+    return value
+
+
+class TrainingJobOperator(BaseOperator):
+    """Submit a training job (any registered kind), wait for it, and return its result.
+
+    :param job: the job as a dict, a YAML string, a path to a ``.yaml``/``.yml`` file (rendered as a
+        template), or a pydantic spec model. Validated before anything is sent.
+    :param kind: kind name (``PyTorchJob``) when ``job`` does not say; the per-kind operators fix it.
+    :param api_version: apiVersion to pick among kinds of the same name.
+    :param job_name: the job's name; default: ``metadata.name`` of ``job``, else derived from the dag id, task
+        id, run id and map index (a retry finds the same job).
+    :param namespace: default: ``metadata.namespace``, then the connection's namespace, then ``default``.
+    :param kubernetes_conn_id: a cncf.kubernetes ``kubernetes`` connection.
+    :param wait_until: ``"Succeeded"`` (default), ``"Running"`` or ``None`` (return after submitting).
+    :param deferrable: wait in the triggerer; the sync mode runs the same trigger inline.
+    :param action_if_job_exists: when this task's job exists already (an earlier try): ``"reattach"``
+        reuses it (a previous job that *failed* is deleted and submitted again), ``"recreate"`` deletes and
+        submits again, ``"fail"`` raises.
+    :param on_finish_action: ``"keep"``, ``"delete"`` or ``"delete_succeeded"``, once the job finished.
+    :param on_kill_action: ``"delete"`` the job when the task is killed, or ``"keep"`` it.
+    :param get_logs: stream replica logs into the task log. :param log_replicas: ``"master"``, ``"all"`` or a
+        list of replica types.
+    :param startup_timeout: seconds after creation within which a replica pod must start (else ``timeout``).
+    :param poll_interval: seconds between the trigger's time-based checks (watch events arrive at once).
+    :param labels: extra labels for the job object. :param annotations: extra annotations.
+    """
+
+    template_fields: Sequence[str] = ("job", "job_name", "namespace")
+    template_ext: Sequence[str] = (".yaml", ".yml")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"job": "yaml"}
+    operator_extra_links = (TrainingJobLink(),)
+    ui_color = "#c6e2ff"
+
+    job_kind: ClassVar[str | None] = None
+    job_api_version: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        *,
+        job: Any,
+        kind: str | None = None,
+        api_version: str | None = None,
+        job_name: str | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str | None = "kubernetes_default",
+        wait_until: str | None = "Succeeded",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        action_if_job_exists: str = "reattach",
+        on_finish_action: str = "keep",
+        on_kill_action: str = "delete",
+        get_logs: bool = True,
+        log_replicas: str | list[str] = "master",
+        startup_timeout: float | None = conf.getfloat("training", "startup_timeout", fallback=600.0),
+        poll_interval: float = 5.0,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.kind = kind or self.job_kind
+        self.api_version = api_version or self.job_api_version
+        self.job_name = job_name
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.wait_until = _choice("wait_until", wait_until, WAIT_UNTIL)
+        self.deferrable = deferrable
+        self.action_if_job_exists = _choice("action_if_job_exists", action_if_job_exists, ACTIONS_IF_EXISTS)
+        self.on_finish_action = _choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
+        self.on_kill_action = _choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
+        self.get_logs = get_logs
+        self.log_replicas = log_replicas
+        self.startup_timeout = startup_timeout
+        self.poll_interval = poll_interval
+        self.labels = dict(labels or {})
+        self.annotations = dict(annotations or {})
+        self._job_ref: dict[str, Any] | None = None
+
+    def _submitter(self) -> JobSubmitter:
+        return JobSubmitter(
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            action_if_job_exists=self.action_if_job_exists,
+            log=self.log,
+        )
+
+    def execute(self, context: Context) -> Any:
+        submitter = self._submitter()
+        kind, body = submitter.prepare(
+            self.job,
+            kind=self.kind,
+            api_version=self.api_version,
+            job_name=self.job_name,
+            namespace=self.namespace,
+            identity=naming.TaskIdentity.from_context(context),
+            labels=self.labels,
+            annotations=self.annotations,
+        )
+        job = submitter.submit(kind, body, context)
+        self._job_ref = ref = submitter.reference(kind, job)
+        TrainingJobLink.persist(
+            context, kubernetes_conn_id=self.kubernetes_conn_id, plural=kind.resource.plural, identity=ref
+        )
+        if self.wait_until is None:
+            return build_result(submitter.snapshot(kind, job, ref))
+        trigger = self._trigger(ref, context)
+        if self.deferrable and not submitter.is_terminal(kind, job):
+            self.defer(
+                trigger=trigger,
+                method_name="execute_complete",
+                timeout=_defer_timeout(trigger.deadline, self),
+            )
+        from airflow_provider_training.waiting import run_inline
+
+        return self.execute_complete(context, run_inline(trigger))
+
+    def _trigger(self, ref: Mapping[str, Any], context: Context) -> Any:
+        from airflow_provider_training.triggers.training import TrainingJobTrigger
+
+        return TrainingJobTrigger(
+            kind=ref["kind"],
+            api_version=ref["api_version"],
+            job_name=ref["name"],
+            namespace=ref["namespace"],
+            uid=ref["uid"],
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            target_state=str(self.wait_until),
+            get_logs=self.get_logs,
+            log_replicas=self.log_replicas,
+            deadline=_deadline(self, context),
+            startup_timeout=self.startup_timeout,
+            poll_interval=self.poll_interval,
+            status_grace_period=conf.getfloat("training", "status_grace_period", fallback=60.0),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Turn the trigger's event into the XCom result or a :class:`TrainingJobError`, then clean up."""
+        self._job_ref = ref = dict(event.get("job") or self._job_ref or {})
+        status = event.get("status")
+        state = (event.get("job_status") or {}).get("state")
+        delete = status == "timeout" or (
+            state in ("Succeeded", "Failed")
+            and (
+                self.on_finish_action == "delete"
+                or (self.on_finish_action == "delete_succeeded" and state == "Succeeded")
+            )
+        )
+        if delete and ref:
+            self._delete(
+                ref, f"on_finish_action={self.on_finish_action!r}" if status != "timeout" else "timeout"
+            )
+        if status != "success":
+            raise TrainingJobError(failure_message(event), event)
+        result = build_result(event)
+        self.log.info(
+            "%s %s/%s is %s", ref.get("kind"), ref.get("namespace"), ref.get("name"), result["state"]
+        )
+        return result
+
+    def _delete(self, ref: Mapping[str, Any], why: str) -> None:
+        from airflow_provider_training.kinds.registry import get_kind
+
+        self.log.info("Deleting %s %s/%s (%s)", ref["kind"], ref["namespace"], ref["name"], why)
+        self._submitter().delete(get_kind(ref["kind"], ref["api_version"]), ref["name"], ref["namespace"])
+
+    def on_kill(self) -> None:
+        """Delete the job (unless ``on_kill_action="keep"``); runs in a helper thread so it also works from a
+        signal handler interrupting the inline wait's event loop."""
+        if self.on_kill_action != "delete" or not self._job_ref:
+            return
+        ref = self._job_ref
+        thread = threading.Thread(target=self._delete, args=(ref, "task killed"), name="training-job-kill")
+        thread.start()
+        thread.join()
+
+
+def _deadline(op: BaseOperator, context: Context) -> str | None:
+    """``start_date + execution_timeout`` as ISO text, enforced by the trigger itself while deferred."""
+    if not op.execution_timeout:
+        return None
+    import pendulum
+
+    start = getattr(context.get("ti"), "start_date", None) or pendulum.now("UTC")
+    return (pendulum.instance(start) + op.execution_timeout).isoformat()
+
+
+def _defer_timeout(deadline: str | None, op: TrainingJobOperator) -> timedelta | None:
+    """The framework backstop, padded so the trigger's own ``timeout`` event (which deletes the job) wins."""
+    if deadline is None:
+        return None
+    import pendulum
+
+    remaining = (pendulum.parse(deadline) - pendulum.now("UTC")).total_seconds()  # type: ignore[operator]
+    return timedelta(seconds=max(0.0, remaining) + max(60.0, 2 * op.poll_interval))

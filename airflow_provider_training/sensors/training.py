@@ -1,0 +1,133 @@
+"""``TrainingJobSensor``: wait for an existing training job (any kind) to reach a target state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowSensorTimeout
+
+from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+TARGET_STATES = ("Succeeded", "Running")
+
+
+class TrainingJobSensor(BaseSensorOperator):
+    """Wait until the job ``job_name`` reaches ``target_state``; fail (skip with ``soft_fail``) if it fails.
+
+    Poke mode reads the status once per poke (a missing job is waited for). Deferrable mode runs
+    ``TrainingJobTrigger`` with the sensor's ``timeout`` as its deadline. Returns the same result dict as
+    ``TrainingJobOperator`` once the job reached the target state.
+
+    :param job_name: the job. :param namespace: its namespace (default: the connection's, then ``default``).
+    :param kind: kind name; the per-kind sensors fix it. :param api_version: to pick among same-named kinds.
+    :param target_state: ``"Succeeded"`` (default) or ``"Running"``.
+    :param get_logs: stream replica logs while deferred. :param log_replicas: ``master``, ``all`` or a list.
+    """
+
+    template_fields: Sequence[str] = ("job_name", "namespace")
+    ui_color = "#e0f0ff"
+
+    job_kind: ClassVar[str | None] = None
+    job_api_version: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        namespace: str | None = None,
+        kind: str | None = None,
+        api_version: str | None = None,
+        kubernetes_conn_id: str | None = "kubernetes_default",
+        target_state: str = "Succeeded",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        get_logs: bool = False,
+        log_replicas: str | list[str] = "master",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if target_state not in TARGET_STATES:
+            raise ValueError(f"target_state must be one of {TARGET_STATES}; got {target_state!r}")
+        self.job_name = job_name
+        self.namespace = namespace
+        self.kind = kind or self.job_kind
+        self.api_version = api_version or self.job_api_version
+        if not self.kind:
+            raise ValueError("kind is required (e.g. kind='PyTorchJob'), or use a per-kind sensor")
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.target_state = target_state
+        self.deferrable = deferrable
+        self.get_logs = get_logs
+        self.log_replicas = log_replicas
+
+    def _job_kind(self) -> Any:
+        from airflow_provider_training.kinds.registry import get_kind
+
+        return get_kind(str(self.kind), self.api_version)
+
+    def _trigger(self, namespace: str, deadline: str | None, *, get_logs: bool | None = None) -> Any:
+        from airflow_provider_training.triggers.training import TrainingJobTrigger
+
+        kind = self._job_kind()
+        return TrainingJobTrigger(
+            kind=kind.kind,
+            api_version=kind.api_version,
+            job_name=self.job_name,
+            namespace=namespace,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            target_state=self.target_state,
+            get_logs=self.get_logs if get_logs is None else get_logs,
+            log_replicas=self.log_replicas,
+            deadline=deadline,
+            startup_timeout=None,
+            poll_interval=float(self.poke_interval),
+            allow_missing=True,
+        )
+
+    def _submitter(self) -> Any:
+        from airflow_provider_training.submission import JobSubmitter
+
+        return JobSubmitter(kubernetes_conn_id=self.kubernetes_conn_id, log=self.log)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        import pendulum
+
+        with self._submitter().hook() as hook:
+            namespace = self.namespace or hook.get_namespace()
+        deadline = pendulum.now("UTC") + timedelta(seconds=float(self.timeout))
+        self.defer(
+            trigger=self._trigger(namespace, deadline.isoformat()),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout) + max(60.0, 2 * float(self.poke_interval))),
+        )
+
+    def poke(self, context: Context) -> bool:
+        kind = self._job_kind()
+        job, status = self._submitter().read(kind, self.job_name, self.namespace)
+        if job is None or status is None:
+            self.log.info("%s %s does not exist (yet)", kind.kind, self.job_name)
+            return False
+        self.log.info("%s %s is %s", kind.kind, self.job_name, status.state.value)
+        if status.state.value == "Failed":
+            # The same explanation as the operator's: the trigger reads the failing replicas at once.
+            from airflow_provider_training.waiting import run_inline
+
+            namespace = job["metadata"]["namespace"]
+            raise_for_event(
+                run_inline(self._trigger(namespace, None, get_logs=False)), TrainingJobSensorError
+            )
+        return status.state.value == self.target_state or status.state.value == "Succeeded"
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") == "timeout":
+            raise AirflowSensorTimeout(f"{event.get('message')}")
+        raise_for_event(event, TrainingJobSensorError)
+        return build_result(event)

@@ -1,0 +1,211 @@
+"""Submitting a job from a worker: validate, name, find an earlier try's job, create at most once.
+
+Order of business in :meth:`JobSubmitter.submit`:
+
+1. ``task_state_store`` (Airflow 3.3+): the identity an earlier try stored right after its create;
+2. the identity labels (dag/task/run/map index) for a try that died before storing it;
+3. create; a 409 for an object carrying our identity labels is the same earlier job.
+
+An earlier job is handled by ``action_if_job_exists``: ``reattach`` reuses it, except a *failed* one, which is
+deleted and submitted again (a retry is meant to run the work again); ``recreate`` always deletes and submits
+again; ``fail`` raises. A retry therefore never creates a second job next to the first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_training import naming
+
+if TYPE_CHECKING:
+    from airflow_provider_training.hooks.training import TrainingJobHook
+    from airflow_provider_training.kinds.base import JobKind, JobStatus
+
+STATE_KEY = "training_job"
+
+
+class JobExistsFailure(AirflowException):
+    """``action_if_job_exists="fail"`` and this task's job exists, or the name belongs to another task."""
+
+
+class JobSubmitter:
+    """The worker-side steps before waiting, over the sync hook (created lazily, closed after each call)."""
+
+    def __init__(
+        self,
+        *,
+        kubernetes_conn_id: str | None,
+        action_if_job_exists: str = "reattach",
+        log: Any = None,
+    ):
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.action = action_if_job_exists
+        self.log = log or logging.getLogger(__name__)
+
+    def hook(self) -> TrainingJobHook:
+        from airflow_provider_training.hooks.training import TrainingJobHook
+
+        return TrainingJobHook(self.kubernetes_conn_id)
+
+    def prepare(
+        self,
+        job: Any,
+        *,
+        kind: str | None,
+        api_version: str | None,
+        job_name: str | None,
+        namespace: str | None,
+        identity: naming.TaskIdentity,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+    ) -> tuple[JobKind, dict[str, Any]]:
+        """Validate and stamp the manifest; raises ``SpecError`` (or ``ValueError``) before any API call.
+
+        The namespace stays unset when neither the argument nor the manifest names one (the hook decides).
+        """
+        from airflow_provider_training.kinds.registry import get_kind
+        from airflow_provider_training.specs import load_job
+        from airflow_provider_training.specs.errors import SpecError
+
+        manifest = load_job(job, kind=get_kind(kind, api_version) if kind else None)
+        job_kind = get_kind(manifest["kind"], manifest.get("apiVersion"))
+        meta = manifest.get("metadata") or {}
+        name = job_name or meta.get("name") or naming.default_job_name(identity, job_kind.replica_types)
+        problem = naming.name_problem(name, job_kind.replica_types)
+        if problem:
+            raise SpecError([("metadata.name", problem)], kind=job_kind.kind)
+        body = naming.stamp(
+            manifest,
+            name=name,
+            namespace=namespace or meta.get("namespace") or "",
+            labels={**labels, **identity.labels()},
+            annotations={**annotations, **identity.annotations()},
+        )
+        return job_kind, body
+
+    def submit(self, kind: JobKind, body: dict[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+        """Reattach to, replace or create the job (see the module docstring); returns the live object."""
+        from airflow_provider_training.hooks.errors import JobExistsError
+
+        identity = naming.TaskIdentity.from_context(context)
+        store = context.get("task_state_store")
+        with self.hook() as hook:
+            meta = body["metadata"]
+            meta["namespace"] = meta.get("namespace") or hook.get_namespace()
+            previous = self._previous(hook, kind, meta["namespace"], identity, store)
+            if previous is None:
+                try:
+                    return self._create(hook, kind, body, store)
+                except JobExistsError as exc:
+                    previous = exc.existing or hook.get_job(kind, meta["name"], meta["namespace"])
+                    if previous is None or not identity.owns(previous):
+                        raise JobExistsFailure(
+                            f"{exc}; it was not created by this task (its identity labels differ). "
+                            "Choose another job_name, or delete it."
+                        ) from exc
+            return self._handle_previous(hook, kind, body, previous, store)
+
+    def _previous(
+        self, hook: TrainingJobHook, kind: JobKind, namespace: str, identity: naming.TaskIdentity, store: Any
+    ) -> dict[str, Any] | None:
+        stored = store.get(STATE_KEY) if store is not None else None
+        if isinstance(stored, dict) and stored.get("kind") == kind.kind:
+            job = hook.get_job(kind, stored["name"], stored["namespace"])
+            if job is not None and (job.get("metadata") or {}).get("uid") == stored.get("uid"):
+                self.log.info(
+                    "Found this task's %s %s/%s in the task state store",
+                    kind.kind,
+                    stored["namespace"],
+                    stored["name"],
+                )
+                return job
+        jobs = hook.find_jobs(kind, namespace, identity.selector())
+        if len(jobs) > 1:
+            self.log.warning(
+                "%d %s objects carry this task's identity; using the newest", len(jobs), kind.kind
+            )
+        jobs.sort(key=lambda j: str((j.get("metadata") or {}).get("creationTimestamp", "")))
+        return jobs[-1] if jobs else None
+
+    def _handle_previous(
+        self, hook: TrainingJobHook, kind: JobKind, body: dict[str, Any], previous: dict[str, Any], store: Any
+    ) -> dict[str, Any]:
+        meta = previous["metadata"]
+        label = f"{kind.kind} {meta['namespace']}/{meta['name']}"
+        if self.action == "fail":
+            raise JobExistsFailure(f"{label} exists from an earlier try and action_if_job_exists='fail'")
+        if self.action == "reattach":
+            status = self.status(hook, kind, previous)
+            if status.state.value != "Failed":
+                self.log.info("Reattaching to %s (state %s)", label, status.state.value)
+                _remember(store, self.reference(kind, previous))
+                return previous
+            self.log.info(
+                "The earlier %s failed (%s); deleting it and submitting again", label, status.reason
+            )
+        else:
+            self.log.info("Deleting the earlier %s (action_if_job_exists='recreate')", label)
+        hook.delete_job(kind, meta["name"], meta["namespace"])
+        if not hook.wait_job_deleted(kind, meta["name"], meta["namespace"]):
+            raise AirflowException(f"{label} is still being deleted; cannot submit it again yet")
+        if body["metadata"]["name"] != meta["name"] or body["metadata"]["namespace"] != meta["namespace"]:
+            self.log.info("Submitting under the new name %s", body["metadata"]["name"])
+        return self._create(hook, kind, body, store)
+
+    def _create(
+        self, hook: TrainingJobHook, kind: JobKind, body: dict[str, Any], store: Any
+    ) -> dict[str, Any]:
+        job = hook.create_job(kind, body, body["metadata"]["namespace"])
+        ref = self.reference(kind, job)
+        _remember(store, ref)
+        self.log.info("Created %s %s/%s (uid %s)", kind.kind, ref["namespace"], ref["name"], ref["uid"])
+        return job
+
+    @staticmethod
+    def reference(kind: JobKind, job: Mapping[str, Any]) -> dict[str, Any]:
+        meta = job.get("metadata") or {}
+        return {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "kind": kind.kind,
+            "api_version": kind.api_version,
+        }
+
+    def status(self, hook: TrainingJobHook, kind: JobKind, job: Mapping[str, Any]) -> JobStatus:
+        meta = job.get("metadata") or {}
+        needs_children = any(c.needed_for_status for c in kind.children)
+        children = hook.list_children(kind, meta["name"], meta["namespace"]) if needs_children else {}
+        return kind.read_status(job, children)  # type: ignore[arg-type]
+
+    def read(
+        self, kind: JobKind, name: str, namespace: str | None
+    ) -> tuple[dict[str, Any] | None, JobStatus | None]:
+        """The job and its status (``None, None`` when it does not exist): one status read, for sensors."""
+        with self.hook() as hook:
+            job = hook.get_job(kind, name, namespace or hook.get_namespace())
+            return (job, self.status(hook, kind, job)) if job is not None else (None, None)
+
+    def is_terminal(self, kind: JobKind, job: Mapping[str, Any]) -> bool:
+        with self.hook() as hook:
+            return self.status(hook, kind, job).state.terminal
+
+    def snapshot(self, kind: JobKind, job: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, Any]:
+        """An event-shaped record of the job as it is now (for ``wait_until=None``)."""
+        with self.hook() as hook:
+            status = self.status(hook, kind, job)
+        return {"status": "success", "job": dict(ref), "job_status": status.to_dict(), "pods": []}
+
+    def delete(self, kind: JobKind, name: str, namespace: str) -> bool:
+        with self.hook() as hook:
+            return hook.delete_job(kind, name, namespace)
+
+
+def _remember(store: Any, ref: Mapping[str, Any]) -> None:
+    """Persist the job identity for the next try (no-op before Airflow 3.3)."""
+    if store is not None:
+        store.set(STATE_KEY, dict(ref))

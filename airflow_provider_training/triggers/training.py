@@ -1,0 +1,151 @@
+"""``TrainingJobTrigger``: waits for any training job kind to reach a target state, in the triggerer.
+
+Its single event payload::
+
+    {"status": "success" | "failed" | "timeout" | "deleted" | "error",
+     "job": {"name", "namespace", "uid", "kind", "api_version"},
+     "job_status": JobStatus.to_dict() or None,
+     "message": str,
+     "pods": [pod names],
+     "replica_failures": [{"pod", "replica_type", "index", "container", "exit_code", "reason", "message",
+                           "restarts"}],
+     "log_tail": {pod: [last lines]},
+     "events": [recent Warning events]}
+
+The waiting itself is :class:`airflow_provider_training.waiting.JobWaiter`, the same code sync mode runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_training.kinds.base import JobState, parse_time
+
+TARGET_STATES = (JobState.SUCCEEDED.value, JobState.RUNNING.value)
+
+
+class TrainingJobTrigger(BaseTrigger):
+    """Follow one training job until it reaches ``target_state``, fails, is deleted or runs out of time.
+
+    :param kind: kind name, e.g. ``PyTorchJob``; with ``api_version`` it names a registered JobKind.
+    :param job_name: the job's name. :param namespace: its namespace.
+    :param uid: the uid of the object waited for; a same-named object with another uid counts as deleted.
+    :param target_state: ``Succeeded`` or ``Running``.
+    :param get_logs: stream replica logs into this trigger's log.
+    :param log_replicas: ``master``, ``all`` or a list of replica types.
+    :param deadline: absolute ISO-8601 time at which the wait ends with ``timeout``.
+    :param startup_timeout: seconds after creation (or resumption) within which a replica pod must start.
+    :param status_grace_period: seconds an empty status is tolerated before the wait reports an error.
+    :param poll_interval: how often time-based checks run between watch events.
+    :param allow_missing: keep waiting while the job does not exist yet (sensors).
+
+    ``on_kill()`` (a user acted on the deferred task, Airflow 3.3+) deletes the job. ``cleanup()`` is left as
+    the base no-op on purpose: it also runs when the triggerer restarts, and must never delete the job.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        api_version: str,
+        job_name: str,
+        namespace: str,
+        uid: str | None = None,
+        kubernetes_conn_id: str | None = "kubernetes_default",
+        target_state: str = JobState.SUCCEEDED.value,
+        get_logs: bool = True,
+        log_replicas: str | list[str] = "master",
+        deadline: str | None = None,
+        startup_timeout: float | None = None,
+        status_grace_period: float = 60.0,
+        poll_interval: float = 5.0,
+        allow_missing: bool = False,
+    ):
+        super().__init__()
+        if target_state not in TARGET_STATES:
+            raise ValueError(f"target_state must be one of {TARGET_STATES}, not {target_state!r}")
+        self.kind = kind
+        self.api_version = api_version
+        self.job_name = job_name
+        self.namespace = namespace
+        self.uid = uid
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.target_state = target_state
+        self.get_logs = get_logs
+        self.log_replicas = log_replicas
+        self.deadline = deadline
+        self.startup_timeout = startup_timeout
+        self.status_grace_period = status_grace_period
+        self.poll_interval = poll_interval
+        self.allow_missing = allow_missing
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "kind": self.kind,
+                "api_version": self.api_version,
+                "job_name": self.job_name,
+                "namespace": self.namespace,
+                "uid": self.uid,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "target_state": self.target_state,
+                "get_logs": self.get_logs,
+                "log_replicas": self.log_replicas,
+                "deadline": self.deadline,
+                "startup_timeout": self.startup_timeout,
+                "status_grace_period": self.status_grace_period,
+                "poll_interval": self.poll_interval,
+                "allow_missing": self.allow_missing,
+            },
+        )
+
+    def _job_kind(self) -> Any:
+        from airflow_provider_training.kinds.registry import get_kind
+
+        return get_kind(self.kind, self.api_version)
+
+    def _hook(self) -> Any:
+        from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+
+        return AsyncTrainingJobHook(self.kubernetes_conn_id)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_provider_training.waiting import JobWaiter, WaitOptions
+
+        options = WaitOptions(
+            target=JobState(self.target_state),
+            deadline=parse_time(self.deadline),
+            startup_timeout=self.startup_timeout,
+            status_grace_period=self.status_grace_period,
+            poll_interval=self.poll_interval,
+            get_logs=self.get_logs,
+            log_replicas=self.log_replicas,
+            uid=self.uid,
+            allow_missing=self.allow_missing,
+        )
+        hook = self._hook()
+        try:
+            waiter = JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, self.log)
+            event = await waiter.wait()
+        finally:
+            await hook.close()
+        yield TriggerEvent(event)
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task (Airflow 3.3+): delete the job and its cleanup children."""
+        hook = self._hook()
+        try:
+            deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace)
+            self.log.info(
+                "%s %s/%s %s",
+                self.kind,
+                self.namespace,
+                self.job_name,
+                "deleted" if deleted else "was already gone",
+            )
+        finally:
+            await hook.close()

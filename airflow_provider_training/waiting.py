@@ -1,0 +1,377 @@
+"""The one implementation of waiting for a training job, shared by the trigger, sync operators and sensors.
+
+:class:`JobWaiter` follows a job through the shared :class:`~airflow_provider_training.watch.WatchHub`
+(the job, its replica pods and, for kinds that need them, its status children), logs state changes with a
+replica table, streams replica logs, warns once per pod and reason about stuck replicas, enforces the
+absolute deadline and the startup timeout, and returns one event payload (its shape is documented in
+:mod:`airflow_provider_training.triggers.training`).
+:func:`run_inline` runs a trigger's first event in the calling thread; that is the sync mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_training import diagnostics as diag
+from airflow_provider_training.kinds.base import PODS, JobKind, JobState, JobStatus, RawObject, parse_time
+
+if TYPE_CHECKING:
+    from airflow.triggers.base import BaseTrigger
+
+    from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+
+TAIL_LINES = 20
+SUSPENDED_REMINDER_SECONDS = 300.0
+LOG_SETTLE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class WaitOptions:
+    target: JobState = JobState.SUCCEEDED
+    deadline: datetime | None = None
+    startup_timeout: float | None = None
+    status_grace_period: float = 60.0
+    poll_interval: float = 5.0
+    get_logs: bool = True
+    log_replicas: str | list[str] = "master"
+    uid: str | None = None
+    allow_missing: bool = False
+
+
+class _Finished(Exception):
+    def __init__(self, status: str, message: str, job_status: JobStatus | None = None):
+        super().__init__(message)
+        self.status, self.message, self.job_status = status, message, job_status
+
+
+class JobWaiter:
+    """Waits for one job; :meth:`wait` returns the event payload."""
+
+    def __init__(
+        self,
+        hook: AsyncTrainingJobHook,
+        kind: JobKind,
+        name: str,
+        namespace: str,
+        options: WaitOptions,
+        log: Any,
+    ):
+        self.hook, self.kind, self.name, self.namespace, self.opts, self.log = (
+            hook,
+            kind,
+            name,
+            namespace,
+            options,
+            log,
+        )
+        self.job: RawObject | None = None
+        self.children: dict[str, dict[str, RawObject]] = {}  # by resource key, then name
+        self.pods: dict[str, RawObject] = {}
+        self.status: JobStatus | None = None
+        self.uid = options.uid
+        self._started = False
+        self._clock_start: datetime | None = None
+        self._warned: set[tuple[str, str]] = set()
+        self._last_seen: tuple[Any, ...] | None = None
+        self._suspended_logged_at: datetime | None = None
+        self._streamer: Any = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind.kind} {self.namespace}/{self.name}"
+
+    async def wait(self) -> dict[str, Any]:
+        from airflow_provider_training.watch import WatchHub
+
+        hub = WatchHub.shared()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                subs: list[tuple[str, Any]] = [
+                    (
+                        "job",
+                        await stack.enter_async_context(
+                            hub.subscribe(self.hook, self.kind.resource, self.namespace, name=self.name)
+                        ),
+                    )
+                ]
+                subs.append(
+                    (
+                        "pod",
+                        await stack.enter_async_context(
+                            hub.subscribe(
+                                self.hook,
+                                PODS,
+                                self.namespace,
+                                label_selector=self.kind.pod_selector(self.name),
+                            )
+                        ),
+                    )
+                )
+                for child in self.kind.children:
+                    if child.needed_for_status:
+                        self.children[child.resource.key] = {}
+                        subs.append(
+                            (
+                                child.resource.key,
+                                await stack.enter_async_context(
+                                    hub.subscribe(
+                                        self.hook,
+                                        child.resource,
+                                        self.namespace,
+                                        label_selector=child.selector(self.name),
+                                    )
+                                ),
+                            )
+                        )
+                tasks = [asyncio.create_task(_pump(tag, sub, queue)) for tag, sub in subs]
+                if self.opts.get_logs:
+                    tasks.append(asyncio.create_task(self._stream_logs()))
+                try:
+                    while True:
+                        await self._step(queue)
+                except _Finished as done:
+                    return await self._event(done)
+        except Exception as exc:  # an event, never a crashed trigger
+            self.log.exception("Waiting for %s failed", self.label)
+            return await self._event(_Finished("error", f"{type(exc).__name__}: {exc}", self.status))
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _step(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        try:
+            tag, item = await asyncio.wait_for(queue.get(), timeout=self._tick())
+        except TimeoutError:
+            tag, item = "tick", None
+        if tag == "error":
+            raise item
+        if tag == "job":
+            await self._on_job(item)
+        elif tag == "pod":
+            await self._on_pod(item)
+        elif tag in self.children:
+            _apply(self.children[tag], item)
+        if self.job is not None:
+            await self._evaluate()
+        self._check_time()
+
+    def _tick(self) -> float:
+        tick = self.opts.poll_interval
+        if self.opts.deadline is not None:
+            tick = min(tick, max(0.0, (self.opts.deadline - datetime.now(UTC)).total_seconds()))
+        return max(tick, 0.01)
+
+    async def _on_job(self, event: Any) -> None:
+        obj = event.object
+        if event.type == "DELETED" or (self.uid and _uid(obj) and _uid(obj) != self.uid):
+            if self.job is None and self.opts.allow_missing:
+                return
+            gone = "was deleted" if self.job is not None else "does not exist"
+            raise _Finished("deleted", f"{self.label} {gone} while waiting", self.status)
+        if event.type == "ERROR":
+            raise _Finished("error", f"watch error: {obj.get('message', obj)}", self.status)
+        first = self.job is None
+        self.job, self.uid = obj, self.uid or _uid(obj)
+        if first and (problem := self.kind.check_target(obj, self.opts.target)):
+            raise _Finished("error", problem, None)
+
+    async def _on_pod(self, event: Any) -> None:
+        obj = event.object
+        name = diag.pod_name(obj)
+        if not _apply(self.pods, event):
+            return
+        if diag.pod_started(obj):
+            self._started = True
+        for reason, message in diag.stuck_reasons(obj):
+            if (name, reason) not in self._warned:
+                self._warned.add((name, reason))
+                await self._warn_stuck(name, reason, message)
+
+    async def _warn_stuck(self, pod: str, reason: str, message: str) -> None:
+        events = diag.warning_events(await self.hook.list_events(self.namespace, pod, "Pod"), limit=5)
+        lines = "".join(f"\n    {line}" for line in diag.format_events(events))
+        self.log.warning("Replica pod %s of %s is stuck: %s: %s%s", pod, self.label, reason, message, lines)
+
+    async def _evaluate(self) -> None:
+        assert self.job is not None
+        status = self.kind.read_status(self.job, {k: list(v.values()) for k, v in self.children.items()})
+        self.status = status
+        seen = (status.state, status.reason, tuple(sorted((k, v) for k, v in status.replicas.items())))
+        if seen != self._last_seen:
+            self._last_seen = seen
+            why = f" ({status.reason}: {status.message})" if status.reason or status.message else ""
+            self.log.info("%s is %s%s\n%s", self.label, status.state.value, why, diag.replica_table(status))
+        if status.state in (JobState.RUNNING, JobState.RESTARTING, JobState.SUCCEEDED, JobState.FAILED):
+            self._started = True
+        if status.state == JobState.FAILED:
+            raise _Finished("failed", status.message or status.reason or "the job failed", status)
+        if status.state == JobState.SUCCEEDED or (
+            self.opts.target == JobState.RUNNING and status.state == JobState.RUNNING
+        ):
+            raise _Finished("success", f"{self.label} is {status.state.value}", status)
+        if status.stalled and self._age() >= self.opts.status_grace_period:
+            raise _Finished("error", status.message, status)
+        self._note_suspended(status)
+
+    def _note_suspended(self, status: JobStatus) -> None:
+        now = datetime.now(UTC)
+        if status.state != JobState.SUSPENDED:
+            if self._suspended_logged_at is not None:
+                self._suspended_logged_at, self._clock_start = None, now
+                self.log.info("%s was resumed", self.label)
+            return
+        last = self._suspended_logged_at
+        if last is None or (now - last).total_seconds() >= SUSPENDED_REMINDER_SECONDS:
+            self._suspended_logged_at = now
+            until = (
+                f"until the deadline {self.opts.deadline.isoformat()}"
+                if self.opts.deadline
+                else "(no deadline)"
+            )
+            self.log.warning(
+                "%s is suspended (runPolicy.suspend); its pods are removed. Waiting for it to be resumed %s",
+                self.label,
+                until,
+            )
+
+    def _age(self) -> float:
+        created = parse_time(((self.job or {}).get("metadata") or {}).get("creationTimestamp"))
+        start = max(filter(None, (created, self._clock_start)), default=None)
+        return 0.0 if start is None else (datetime.now(UTC) - start).total_seconds()
+
+    def _check_time(self) -> None:
+        now = datetime.now(UTC)
+        state = self.status.state.value if self.status else "not found"
+        if self.opts.deadline is not None and now >= self.opts.deadline:
+            note = (
+                " (the job is suspended)" if self.status and self.status.state == JobState.SUSPENDED else ""
+            )
+            raise _Finished(
+                "timeout",
+                f"deadline {self.opts.deadline.isoformat()} passed while {state}{note}",
+                self.status,
+            )
+        suspended = self.status is not None and self.status.state == JobState.SUSPENDED
+        timeout = self.opts.startup_timeout
+        if (
+            timeout
+            and self.job is not None
+            and not self._started
+            and not suspended
+            and self._age() >= timeout
+        ):
+            stuck = sorted({f"{pod}: {reason}" for pod, reason in self._warned})
+            detail = f"; stuck replicas: {', '.join(stuck)}" if stuck else ""
+            raise _Finished("timeout", f"no replica pod started within {timeout:g}s{detail}", self.status)
+
+    async def _stream_logs(self) -> None:
+        from airflow_provider_training.logs import ReplicaLogStreamer
+
+        self._streamer = ReplicaLogStreamer(
+            self.hook,
+            self.kind,
+            self.namespace,
+            self.name,
+            replicas=self.opts.log_replicas,
+            emit=self.log.info,
+        )
+        await self._streamer.run()
+
+    async def _event(self, done: _Finished) -> dict[str, Any]:
+        status = done.job_status or self.status
+        event: dict[str, Any] = {
+            "status": done.status,
+            "job": self.identity(),
+            "job_status": status.to_dict() if status else None,
+            "message": done.message,
+            "pods": sorted(self.pods),
+            "replica_failures": [],
+            "log_tail": {},
+            "events": [],
+        }
+        if done.status in ("failed", "timeout"):
+            with contextlib.suppress(Exception):
+                await self._explain(event)
+        return event
+
+    async def _explain(self, event: dict[str, Any]) -> None:
+        """Failing replicas with exit codes, their last log lines, and the recent Warning events."""
+        pods = await self.hook.list_pods(self.namespace, self.kind.pod_selector(self.name))
+        event["pods"] = sorted(diag.pod_name(p) for p in pods)
+        failures = diag.replica_failures(self.kind, pods)
+        event["replica_failures"] = failures
+        events = list(await self.hook.list_events(self.namespace, self.name, self.kind.kind))
+        for pod in {f["pod"] for f in failures} | {pod for pod, _ in self._warned}:
+            events.extend(await self.hook.list_events(self.namespace, pod, "Pod"))
+        event["events"] = diag.warning_events(events)
+        for failure in failures:
+            event["log_tail"][failure["pod"]] = await self._tail(failure)
+
+    async def _tail(self, failure: Mapping[str, Any]) -> list[str]:
+        if self._streamer is not None and (seen := self._streamer.tail(failure["pod"])):
+            return list(seen)[-TAIL_LINES:]
+        container = failure.get("container") or self.kind.default_container
+        for previous in (False, True):
+            with contextlib.suppress(Exception):
+                text = await self.hook.read_log(
+                    self.namespace, failure["pod"], container, tail_lines=TAIL_LINES, previous=previous
+                )
+                if text.strip():
+                    return text.splitlines()[-TAIL_LINES:]
+        return []
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+            "kind": self.kind.kind,
+            "api_version": self.kind.api_version,
+        }
+
+
+async def _pump(tag: str, sub: Any, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    try:
+        async for event in sub:
+            await queue.put((tag, event))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        await queue.put(("error", exc))
+
+
+def _uid(obj: Mapping[str, Any]) -> str | None:
+    return (obj.get("metadata") or {}).get("uid")
+
+
+def _apply(objects: dict[str, RawObject], event: Any) -> bool:
+    """Apply a watch event to a name -> object map; ``False`` when the object went away."""
+    name = diag.pod_name(event.object)
+    if event.type == "DELETED":
+        objects.pop(name, None)
+        return False
+    objects[name] = event.object
+    return True
+
+
+def run_inline(trigger: BaseTrigger) -> dict[str, Any]:
+    """Run ``trigger`` to its first event and return the payload: the sync mode of operators and sensors."""
+
+    async def first() -> dict[str, Any]:
+        agen: Any = trigger.run()
+        try:
+            event = await anext(agen)
+        finally:
+            await agen.aclose()
+            await trigger.cleanup()
+        return dict(event.payload)
+
+    return asyncio.run(first())

@@ -1,0 +1,41 @@
+"""DAG files import our operators and sensors at parse time: that must not load any Kubernetes client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = (
+    "kubernetes",
+    "kubernetes_asyncio",
+    "aiohttp",
+    "airflow_provider_training.specs",
+    "airflow_provider_training.hooks.training",
+    "airflow_provider_training.watch",
+)
+
+
+@pytest.mark.parametrize(
+    "module", ["airflow_provider_training.operators", "airflow_provider_training.sensors"]
+)
+def test_parse_time_imports_load_no_client(module):
+    code = (
+        f"import sys, json, {module}\n"
+        f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"importing {module} loaded {loaded}"
+
+
+def test_the_check_sees_a_client_import():
+    """The probe above would notice a client import (guards against a check that cannot fail)."""
+    code = (
+        "import sys, json, airflow_provider_training.operators, airflow_provider_training.hooks.training\n"
+        f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "kubernetes_asyncio" in json.loads(out.stdout.strip().splitlines()[-1])
