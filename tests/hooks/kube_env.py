@@ -1,0 +1,91 @@
+"""Shared fixtures and helpers for the hook, watch hub and log streamer tests: a real localkube over HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_training.hooks.retry import RetryPolicy
+from airflow_provider_training.kinds.base import JobKind, ResourceRef
+from airflow_provider_training.localkube.cluster import LocalKube
+from airflow_provider_training.localkube.resources import ResourceType
+from airflow_provider_training.testing import connection_json
+
+CONN_ID = "kube_test"
+FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
+
+
+@contextlib.asynccontextmanager
+async def local_cluster(tmp_path: Path) -> AsyncIterator[LocalKube]:
+    """localkube in the running loop, without controllers or pod runtime: the test writes the state."""
+    async with LocalKube(runtime=None, controllers=[]) as cluster:
+        cluster.write_kubeconfig(tmp_path / "kubeconfig")
+        yield cluster
+
+
+def use_connection(monkeypatch: pytest.MonkeyPatch, cluster: LocalKube, namespace: str = "team-a") -> str:
+    """An Airflow ``kubernetes`` connection (``AIRFLOW_CONN_...``) whose kube_config_path is localkube's."""
+    assert cluster.kubeconfig is not None
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection_json(cluster.kubeconfig, namespace))
+    return CONN_ID
+
+
+def rtype(cluster: LocalKube, ref: ResourceRef) -> ResourceType:
+    return cluster.store.resource_type(ref.group, ref.version, ref.plural)
+
+
+def requests_to(
+    cluster: LocalKube, plural: str, *, method: str = "GET", watch: bool | None = None
+) -> list[Any]:
+    """The recorded requests to a resource collection or its objects."""
+    found = []
+    for record in cluster.requests:
+        if record.method != method or f"/{plural}" not in record.path:
+            continue
+        is_watch = record.query.get("watch", "").lower() == "true"
+        if watch is None or watch == is_watch:
+            found.append(record)
+    return found
+
+
+def job_body(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "busybox"}]}}
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template}}},
+    }
+
+
+def pod_manifest(
+    kind: JobKind, job: str, replica_type: str, index: int, *, container: str | None = None
+) -> dict[str, Any]:
+    """A replica pod labelled the way the kind finds it (labels taken from the kind's own selectors)."""
+    selector = kind.master_selector(job) if replica_type.lower() == "master" else kind.pod_selector(job)
+    labels = dict(term.split("=", 1) for term in selector.split(","))
+    labels["training.kubeflow.org/replica-type"] = replica_type.lower()
+    labels["training.kubeflow.org/replica-index"] = str(index)
+    name = f"{job}-{replica_type.lower()}-{index}"
+    spec = {"containers": [{"name": container or kind.default_container, "image": "busybox"}]}
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def container_status(name: str, state: str, *, restarts: int = 0, exit_code: int = 0) -> dict[str, Any]:
+    states = {
+        "waiting": {"waiting": {"reason": "ContainerCreating"}},
+        "running": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+        "terminated": {"terminated": {"exitCode": exit_code, "reason": "Error" if exit_code else "Done"}},
+    }
+    return {"name": name, "state": states[state], "restartCount": restarts, "ready": state == "running"}
+
+
+def set_pod_state(cluster: LocalKube, pod: dict[str, Any], phase: str, state: str, **kw: Any) -> None:
+    """Write the pod's status as a kubelet would: phase and its one container's state."""
+    from airflow_provider_training.localkube.resources import PODS
+
+    container = pod["spec"]["containers"][0]["name"]
+    status = {"phase": phase, "containerStatuses": [container_status(container, state, **kw)]}
+    cluster.store.update_status(PODS, "default", pod["metadata"]["name"], status)

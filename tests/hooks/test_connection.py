@@ -1,0 +1,126 @@
+"""Connection resolution: the cncf.kubernetes ``kubernetes`` connection extras, precedence and exclusivity."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_provider_training.hooks.connection import (
+    ConnectionConfigError,
+    KubeSettings,
+    build_configuration,
+    load_connection_extras,
+    load_connection_extras_sync,
+)
+
+KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+    "users": [{"name": "u", "user": {"token": "t0ken"}}],
+    "contexts": [
+        {"name": "one", "context": {"cluster": "c", "user": "u"}},
+        {"name": "two", "context": {"cluster": "c", "user": "u", "namespace": "ns2"}},
+    ],
+    "current-context": "one",
+}
+
+
+def test_extras_are_read_plain_and_with_the_legacy_prefix():
+    plain = KubeSettings.from_extras(
+        {"namespace": "ns", "cluster_context": "ctx", "disable_verify_ssl": "true"}
+    )
+    legacy = KubeSettings.from_extras(
+        {
+            "extra__kubernetes__namespace": "ns",
+            "extra__kubernetes__cluster_context": "ctx",
+            "extra__kubernetes__disable_verify_ssl": True,
+        }
+    )
+    assert plain == legacy == KubeSettings(namespace="ns", cluster_context="ctx", disable_verify_ssl=True)
+
+
+def test_explicit_arguments_win_over_extras():
+    settings = KubeSettings.from_extras(
+        {"kube_config_path": "/from/conn", "namespace": "conn-ns", "cluster_context": "conn-ctx"},
+        config_file="/explicit",
+        namespace="explicit-ns",
+        cluster_context="explicit-ctx",
+    )
+    assert (settings.kube_config_path, settings.namespace, settings.cluster_context) == (
+        "/explicit",
+        "explicit-ns",
+        "explicit-ctx",
+    )
+
+
+@pytest.mark.parametrize("text", [json.dumps(KUBECONFIG), "apiVersion: v1\nkind: Config\nclusters: []\n"])
+def test_kube_config_string_is_json_or_yaml(text):
+    settings = KubeSettings.from_extras({"kube_config": text})
+    assert settings.kube_config is not None and settings.kube_config["kind"] == "Config"
+
+
+def test_kube_config_that_is_not_a_mapping_is_refused():
+    with pytest.raises(ConnectionConfigError, match="kubeconfig mapping"):
+        KubeSettings.from_extras({"kube_config": "just a string"})
+
+
+@pytest.mark.parametrize(
+    ("extras", "config_file", "named"),
+    [
+        ({"in_cluster": True, "kube_config_path": "/a"}, None, "in_cluster and kube_config_path"),
+        ({"kube_config": KUBECONFIG}, "/explicit", "kube_config_path and kube_config"),
+        ({"extra__kubernetes__in_cluster": "1", "kube_config": KUBECONFIG}, None, "in_cluster and kube_con"),
+    ],
+)
+def test_config_sources_are_mutually_exclusive(extras, config_file, named):
+    with pytest.raises(ConnectionConfigError, match=named):
+        KubeSettings.from_extras(extras, config_file=config_file)
+
+
+def test_false_strings_do_not_select_in_cluster():
+    assert KubeSettings.from_extras({"in_cluster": "false", "kube_config_path": "/a"}).in_cluster is False
+
+
+async def test_inline_kube_config_and_context_build_the_client_configuration():
+    cfg = await build_configuration(KubeSettings(kube_config=KUBECONFIG, cluster_context="two"))
+    assert cfg.host == "http://127.0.0.1:1"
+    assert cfg.api_key["BearerToken"] == "Bearer t0ken"
+
+
+async def test_disable_verify_ssl_reaches_the_client_configuration(tmp_path):
+    path = tmp_path / "config"
+    path.write_text(json.dumps(KUBECONFIG))
+    cfg = await build_configuration(KubeSettings(kube_config_path=str(path), disable_verify_ssl=True))
+    assert cfg.verify_ssl is False
+
+
+async def test_default_credentials_use_kubeconfig_env(tmp_path, monkeypatch):
+    path = tmp_path / "config"
+    path.write_text(json.dumps(KUBECONFIG))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    cfg = await build_configuration(KubeSettings())
+    assert cfg.host == "http://127.0.0.1:1"
+
+
+async def test_missing_default_connection_means_default_credentials(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", raising=False)
+    assert await load_connection_extras("kubernetes_default") == {}
+    assert load_connection_extras_sync("kubernetes_default") == {}
+
+
+async def test_missing_named_connection_is_an_error():
+    with pytest.raises(AirflowNotFoundException):
+        await load_connection_extras("no_such_connection")
+    with pytest.raises(AirflowNotFoundException):
+        load_connection_extras_sync("no_such_connection")
+
+
+async def test_env_connection_extras_resolve_async_and_sync(monkeypatch):
+    extra = {"namespace": "ns1", "kube_config": KUBECONFIG}
+    monkeypatch.setenv("AIRFLOW_CONN_KTEST", json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    assert await load_connection_extras("ktest") == extra
+    assert load_connection_extras_sync("ktest") == extra

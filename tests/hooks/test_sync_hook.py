@@ -1,0 +1,100 @@
+"""TrainingJobHook: the sync facade runs the async core on a private loop thread, against localkube."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_provider_training.hooks.errors import JobExistsError
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
+from airflow_provider_training.kinds.base import PODS
+from airflow_provider_training.kinds.registry import get_kind
+from airflow_provider_training.testing import connection_json
+from tests.hooks.kube_env import FAST_RETRY, job_body, pod_manifest, requests_to, rtype
+
+PYTORCH = get_kind("PyTorchJob")
+
+
+@pytest.fixture
+def sync_hook(thread_kube, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(thread_kube.kubeconfig, "sync-ns"))
+    hook = TrainingJobHook(retry=FAST_RETRY)
+    yield hook
+    hook.close()
+
+
+def test_is_a_kubernetes_connection_hook():
+    assert issubclass(TrainingJobHook, BaseHook)
+    assert TrainingJobHook.conn_type == "kubernetes"
+    assert TrainingJobHook.conn_name_attr == "kubernetes_conn_id"
+    assert TrainingJobHook.default_conn_name == "kubernetes_default"
+    assert TrainingJobHook.hook_name
+
+
+def test_same_calls_without_await(thread_kube, sync_hook):
+    assert sync_hook.get_namespace() == "sync-ns"
+    created = sync_hook.create_job(PYTORCH, job_body("sync", {"k": "v"}), "default")
+    assert sync_hook.get_job(PYTORCH, "sync", "default")["metadata"]["uid"] == created["metadata"]["uid"]
+    assert [j["metadata"]["name"] for j in sync_hook.find_jobs(PYTORCH, "default", "k=v")] == ["sync"]
+    with pytest.raises(JobExistsError):
+        sync_hook.create_job(PYTORCH, job_body("sync", {"k": "other"}), "default")
+    assert sync_hook.patch_job(PYTORCH, "sync", "default", {"metadata": {"labels": {"x": "y"}}})["metadata"][
+        "labels"
+    ] == {"k": "v", "x": "y"}
+    assert sync_hook.delete_job(PYTORCH, "sync", "default") is True
+    assert sync_hook.wait_job_deleted(PYTORCH, "sync", "default", timeout=5, interval=0.01)
+
+
+def test_one_private_loop_and_client_per_hook(thread_kube, sync_hook):
+    sync_hook.get_job(PYTORCH, "a", "default")
+    core = sync_hook.async_hook
+    loop_thread = sync_hook._loop
+    sync_hook.list_pods("default", "a=b")
+    assert sync_hook.async_hook is core and sync_hook._loop is loop_thread
+    assert core.request_count == 2
+    names = {t.name for t in threading.enumerate()}
+    assert "training-hook-kubernetes_default" in names
+    sync_hook.close()
+    assert "training-hook-kubernetes_default" not in {t.name for t in threading.enumerate()}
+
+
+def test_retries_work_through_the_facade(thread_kube, sync_hook):
+    thread_kube.faults.fail(503, 1, method="GET", resource="pytorchjobs")
+    assert sync_hook.get_job(PYTORCH, "absent", "default") is None
+    assert [r.status for r in requests_to(thread_kube, "pytorchjobs")] == [503, 404]
+
+
+def test_logs_read_and_followed(thread_kube, sync_hook):
+    pod = pod_manifest(PYTORCH, "synclogs", "Master", 0)
+    name = pod["metadata"]["name"]
+    thread_kube.call(thread_kube.store.create, rtype(thread_kube, PODS), "default", pod)
+    thread_kube.logs.start_container("default", name, "pytorch")
+    thread_kube.logs.write("default", name, "pytorch", "ünïcode line\nnext\n")
+    assert sync_hook.read_log("default", name, "pytorch") == "ünïcode line\nnext\n"
+
+    seen = []
+    for line in sync_hook.follow_log("default", name, "pytorch", timestamps=False):
+        seen.append(line)
+        if line == "next":
+            thread_kube.logs.write("default", name, "pytorch", "end")
+            thread_kube.logs.close_container("default", name, "pytorch")
+    assert seen == ["ünïcode line", "next", "end"]
+
+
+def test_connection_resolved_in_the_callers_thread(thread_kube, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_OTHER", connection_json(thread_kube.kubeconfig, "other-ns"))
+    hook = TrainingJobHook("other")
+    try:
+        assert isinstance(hook.get_conn(), AsyncTrainingJobHook)
+        assert hook.async_hook._extras is not None and hook.async_hook._extras["namespace"] == "other-ns"
+        assert hook.get_namespace() == "other-ns"
+    finally:
+        hook.close()
+
+
+def test_missing_named_connection_fails_clearly():
+    with pytest.raises(AirflowNotFoundException):
+        TrainingJobHook("nope").get_namespace()
