@@ -1,0 +1,20 @@
+"""Emulated training-job operators: each runs on the cluster's loop and reconciles on store events."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from airflow_provider_training.localkube.cluster import LocalKube
+
+
+class Controller(Protocol):
+    async def run(self, cluster: LocalKube) -> None:
+        """Long-running: reconcile on store events until cancelled."""
+
+
+def default_controllers() -> list[Controller]:
+    """Every controller a default localkube runs: the Kubeflow Training Operator v1 kinds."""
+    from airflow_provider_training.localkube.controllers.kubeflow import KubeflowController
+
+    return [KubeflowController()]
