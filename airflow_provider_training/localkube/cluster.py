@@ -147,8 +147,7 @@ class LocalKube:
     async def restart(self) -> None:
         """Drop every connection and listen again on the same port; the state and the tasks stay."""
         if self._runner is not None:
-            self.faults.end_watches()
-            await self._runner.cleanup()
+            await self._runner.cleanup()  # open streams are cut, not ended: clients see a broken connection
         await self._listen()
 
     def _restart_anywhere(self) -> Any:
