@@ -73,6 +73,9 @@ class Kubelet:
     def pod_stopped(self, inst: PodInstance) -> None:
         """The pod is gone (deleted or the runtime stops); release what it held."""
 
+    async def close(self) -> None:
+        """The runtime stops, after every pod was stopped."""
+
     # -- the watch -----------------------------------------------------------------------------------------
     async def run(self, cluster: Any) -> None:
         self.store, self.logs = cluster.store, cluster.logs
@@ -85,9 +88,11 @@ class Kubelet:
                 self._on_event(event)
         finally:
             subscription.close()
+            tasks = list(self.tasks.values())
             for uid in list(self.instances):
                 self._stop(uid)
-            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.close()
 
     def _on_event(self, event: WatchEvent) -> None:
         meta = event.object["metadata"]
