@@ -12,33 +12,27 @@ import binascii
 import copy
 import json
 import random
-import re
 import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import jsonpatch
-import yaml
-
+from airflow_provider_training.localkube.errors import ApiError, check_name
+from airflow_provider_training.localkube.patches import (
+    STRATEGIC,
+    UNSUPPORTED_PATCH_MSG,
+    apply_patch,
+    merge_patch,
+    parse_patch_body,
+)
 from airflow_provider_training.localkube.resources import ResourceType, default_resource_types
 from airflow_provider_training.localkube.selectors import SelectorError, compile_selectors
+from airflow_provider_training.localkube.subscriptions import Subscription, WatchEvent
 
-_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-_LABEL_MSG = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
-    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-)
+__all__ = ["ApiError", "Store", "Subscription", "WatchEvent", "merge_patch", "now_rfc3339"]
+
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_FIELDS = (
     "uid",
@@ -49,23 +43,6 @@ _SERVER_FIELDS = (
     "deletionGracePeriodSeconds",
     "namespace",
     "name",
-)
-_SMP_MERGE_KEYS = {
-    "containers": "name",
-    "initContainers": "name",
-    "ephemeralContainers": "name",
-    "env": "name",
-    "volumes": "name",
-    "volumeMounts": "mountPath",
-    "ports": "containerPort",
-    "imagePullSecrets": "name",
-    "conditions": "type",
-    "containerStatuses": "name",
-    "ownerReferences": "uid",
-}
-UNSUPPORTED_PATCH_MSG = (
-    "the body of the request was in an unknown format - accepted media types include: "
-    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
 )
 EXPIRED_CONTINUE_MSG = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new "
@@ -79,174 +56,6 @@ EXPIRED_CONTINUE_MSG = (
 def now_rfc3339() -> str:
     """Now as the API server writes timestamps: RFC 3339, whole seconds, UTC."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class ApiError(Exception):
-    """An error the API answers with a `kind: Status` body."""
-
-    def __init__(
-        self,
-        code: int,
-        reason: str,
-        message: str,
-        details: dict | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-        self.details = details or {}
-        self.headers = headers or {}
-
-    def status_body(self) -> dict:
-        body: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
-            body["details"] = self.details
-        return body
-
-    @classmethod
-    def not_found(cls, rt: ResourceType, name: str) -> ApiError:
-        return cls(
-            404,
-            "NotFound",
-            f'{rt.key} "{name}" not found',
-            {"name": name, "group": rt.group, "kind": rt.plural},
-        )
-
-    @classmethod
-    def bad_request(cls, message: str) -> ApiError:
-        return cls(400, "BadRequest", message)
-
-    @classmethod
-    def invalid(cls, rt: ResourceType, name: str, causes: list[dict]) -> ApiError:
-        """422 Invalid; causes are `{reason, message, field}` with message `Invalid value: ...: why`."""
-        errors = [f"{cause['field']}: {cause['message']}" for cause in causes]
-        joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
-        return cls(
-            422,
-            "Invalid",
-            f'{rt.qualified_kind} "{name}" is invalid: {joined}',
-            {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes},
-        )
-
-    @classmethod
-    def expired(cls, message: str) -> ApiError:
-        return cls(410, "Expired", message)
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One change. `old` is the previous state of a MODIFIED object (selector transitions need it)."""
-
-    type: str
-    rt: ResourceType
-    object: dict
-    old: dict | None = None
-
-    @property
-    def resource_version(self) -> int:
-        return int(self.object["metadata"]["resourceVersion"])
-
-
-_CLOSED = object()
-
-
-class Subscription:
-    """Async iterator of WatchEvents (deep copies) for changes after it was opened. `close()` ends it."""
-
-    def __init__(
-        self,
-        store: Store,
-        loop: asyncio.AbstractEventLoop,
-        rt: ResourceType | None,
-        namespace: str | None,
-        start_rv: int,
-    ) -> None:
-        self._store, self._loop, self._rt, self._namespace = store, loop, rt, namespace
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.last_rv = start_rv  # every change seen so far, matching or not: safe for bookmarks
-        self.closed = False
-
-    def _push(self, event: Any) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-        except RuntimeError:  # loop closed
-            self.closed = True
-
-    def _matches(self, event: WatchEvent) -> bool:
-        if self._rt is not None and event.rt != self._rt:
-            return False
-        return self._namespace is None or event.object["metadata"].get("namespace") == self._namespace
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        while True:
-            event = await self._queue.get()
-            if event is _CLOSED:
-                raise StopAsyncIteration
-            self.last_rv = max(self.last_rv, event.resource_version)
-            if self._matches(event):
-                return WatchEvent(event.type, event.rt, copy.deepcopy(event.object), copy.deepcopy(event.old))
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._store._unsubscribe(self)
-            self._push(_CLOSED)
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def merge_patch(target: Any, patch: Any, *, strategic: bool = False, key: str = "") -> Any:
-    """RFC 7386 merge patch; `strategic` merges known lists of objects by their merge key, as built-ins do."""
-    if strategic and isinstance(patch, list) and isinstance(target, list) and key in _SMP_MERGE_KEYS:
-        return _merge_list(target, patch, _SMP_MERGE_KEYS[key])
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for name, value in patch.items():
-        if value is None:
-            result.pop(name, None)
-        else:
-            result[name] = merge_patch(result.get(name), value, strategic=strategic, key=name)
-    return result
-
-
-def _merge_list(target: list, patch: list, merge_key: str) -> list:
-    merged = copy.deepcopy(target)
-    for item in patch:
-        if not isinstance(item, dict) or merge_key not in item:
-            merged.append(copy.deepcopy(item))
-            continue
-        index = next(
-            (
-                i
-                for i, old in enumerate(merged)
-                if isinstance(old, dict) and old.get(merge_key) == item[merge_key]
-            ),
-            None,
-        )
-        if item.get("$patch") == "delete":
-            if index is not None:
-                merged.pop(index)
-        elif index is None:
-            merged.append(merge_patch(None, item, strategic=True))
-        else:
-            merged[index] = merge_patch(merged[index], item, strategic=True)
-    return merged
 
 
 def _encode_continue(rv: int, start: tuple[str, str]) -> str:
@@ -392,7 +201,7 @@ class Store:
             if not meta.get("name") and meta.get("generateName"):
                 suffix = "".join(random.choices(_GENERATE_ALPHABET, k=5))
                 meta["name"] = str(meta["generateName"])[:58] + suffix
-            self._check_name(rt, meta.get("name"))
+            check_name(rt, meta.get("name"))
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             for server_field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(server_field, None)
@@ -417,38 +226,6 @@ class Store:
             self._objects[key] = obj
             self._publish("ADDED", rt, obj)
             return copy.deepcopy(obj)
-
-    def _check_name(self, rt: ResourceType, name: Any) -> None:
-        if not name:
-            raise ApiError.invalid(
-                rt,
-                "",
-                [
-                    {
-                        "reason": "FieldValueRequired",
-                        "field": "metadata.name",
-                        "message": "Required value: name or generateName is required",
-                    }
-                ],
-            )
-        label_only = rt.kind == "Service" and rt.builtin
-        pattern, limit = (_LABEL_RE, 63) if label_only else (_SUBDOMAIN_RE, 253)
-        if isinstance(name, str) and len(name) <= limit and pattern.match(name):
-            return
-        why = _LABEL_MSG if label_only else _SUBDOMAIN_MSG
-        if isinstance(name, str) and len(name) > limit:
-            why = f"must be no more than {limit} characters"
-        raise ApiError.invalid(
-            rt,
-            str(name),
-            [
-                {
-                    "reason": "FieldValueInvalid",
-                    "field": "metadata.name",
-                    "message": f"Invalid value: {json.dumps(name)}: {why}",
-                }
-            ],
-        )
 
     def _validate(self, rt: ResourceType, obj: dict) -> dict:
         return self.validator(rt, obj) if self.validator else obj
@@ -476,9 +253,9 @@ class Store:
         subresource: str | None = None,
     ) -> dict:
         media = content_type.split(";")[0].strip().lower()
-        if media == "application/strategic-merge-patch+json" and not rt.builtin:
+        if media == STRATEGIC and not rt.builtin:
             raise ApiError(415, "UnsupportedMediaType", UNSUPPORTED_PATCH_MSG)
-        patch = _parse_patch_body(body, media)
+        patch = parse_patch_body(body, media)
         with self._lock:
             if (
                 media == "application/apply-patch+yaml"
@@ -486,30 +263,9 @@ class Store:
             ):
                 return self.create(rt, namespace, merge_patch({"metadata": {"name": name}}, patch))
             current = self._raw(rt, namespace, name)
-            patched = self._apply_patch(rt, current, patch, media)
+            patched = apply_patch(current, patch, media)
             self._check_rv(rt, current, (patched.get("metadata") or {}).get("resourceVersion"))
             return self._commit(rt, current, self._updated(rt, current, patched, subresource))
-
-    def _apply_patch(self, rt: ResourceType, current: dict, patch: Any, media: str) -> dict:
-        if media == "application/json-patch+json":
-            if not isinstance(patch, list):
-                raise ApiError.bad_request(
-                    "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
-                )
-            try:
-                result = jsonpatch.apply_patch(current, patch)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-                raise ApiError(422, "Invalid", str(exc)) from exc
-            if not isinstance(result, dict):
-                raise ApiError(422, "Invalid", "the patch replaced the whole object with a non-object")
-            return result
-        if not isinstance(patch, dict):  # what the real server answers a JSON array sent as a merge patch
-            raise ApiError.bad_request("Invalid JSON Patch")
-        if media in ("application/merge-patch+json", "application/apply-patch+yaml"):
-            return merge_patch(current, patch)
-        if media == "application/strategic-merge-patch+json":
-            return merge_patch(current, patch, strategic=True)
-        raise ApiError(415, "UnsupportedMediaType", UNSUPPORTED_PATCH_MSG)
 
     def update_status(self, rt: ResourceType, namespace: str, name: str, status: dict) -> dict:
         """Controller helper: write `.status` unconditionally (no resourceVersion check, no schema)."""
@@ -700,7 +456,7 @@ class Store:
         """Every change from now on (optionally of one type / namespace); call from the loop that consumes."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            sub = Subscription(self, loop, rt, namespace, self._rv)
+            sub = Subscription(self._unsubscribe, loop, rt, namespace, self._rv)
             self._subs.append(sub)
             return sub
 
@@ -742,14 +498,3 @@ class Store:
 def _spec_of(rt: ResourceType, obj: dict) -> dict:
     """What generation tracks: everything but metadata, and status when it is a subresource."""
     return {k: v for k, v in obj.items() if k != "metadata" and not (k == "status" and rt.has_status)}
-
-
-def _parse_patch_body(body: Any, media: str) -> Any:
-    if not isinstance(body, bytes | str):
-        return body
-    try:
-        if media == "application/apply-patch+yaml":
-            return yaml.safe_load(body)
-        return json.loads(body)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise ApiError.bad_request(f"error decoding patch: {exc}") from exc
