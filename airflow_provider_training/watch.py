@@ -59,35 +59,53 @@ class HubStats:
 
 
 class _Subscriber:
-    """One subscription: a queue of events for one object name, or for objects matching a label selector."""
+    """One subscription: a queue of events for one object name, or for objects matching a label selector.
+
+    Until it is primed with the current state, changes are ignored (the priming snapshot includes them) or,
+    while a named object's absence is being confirmed by a GET, buffered and replayed after it.
+    """
 
     def __init__(self, name: str | None, selector: list[Requirement] | None) -> None:
         self.name = name
         self.selector = selector
         self.queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
         self.primed = False
+        self.buffer: list[tuple[str, dict[str, Any]]] | None = None  # changes seen while confirming
+        self.floor: str | None = None  # the resourceVersion the first event showed; older changes are stale
         self.matching: set[str] = set()  # for selector subscribers: the names it currently sees
+        self.confirming: asyncio.Task[None] | None = None
 
-    def prime(self, objects: dict[str, dict[str, Any]], namespace: str) -> None:
-        """Deliver the current state: the named object (or a DELETED marker), or every matching object."""
+    def prime(self, objects: dict[str, dict[str, Any]]) -> None:
+        """Deliver the cached state: the named object, or every matching object."""
         self.primed = True
         if self.name is not None:
-            obj = objects.get(self.name)
-            if obj is None:
-                marker = {"metadata": {"name": self.name, "namespace": namespace}}
-                self.queue.put_nowait(WatchEvent(DELETED, marker))
-            else:
-                self.queue.put_nowait(WatchEvent(ADDED, obj))
+            self.queue.put_nowait(WatchEvent(ADDED, objects[self.name]))
             return
         for obj in objects.values():
             self.offer(ADDED, obj)
 
+    def prime_confirmed(self, obj: dict[str, Any] | None, namespace: str) -> None:
+        """Deliver what a GET found (``None``: a DELETED marker), then the changes seen meanwhile."""
+        if obj is None:
+            marker = {"metadata": {"name": self.name, "namespace": namespace}}
+            self.queue.put_nowait(WatchEvent(DELETED, marker))
+        else:
+            self.queue.put_nowait(WatchEvent(ADDED, obj))
+            self.floor = _rv(obj)
+        self.primed = True
+        buffered, self.buffer = self.buffer or [], None
+        for type_, changed in buffered:
+            self.offer(type_, changed)
+
     def offer(self, type_: str, obj: dict[str, Any]) -> None:
+        if self.buffer is not None:
+            self.buffer.append((type_, obj))
+            return
         if not self.primed:
             return  # the priming snapshot, taken later, already includes this change
         name = obj.get("metadata", {}).get("name", "")
         if self.name is not None:
-            if name == self.name:
+            if name == self.name and not _not_newer(_rv(obj), self.floor):
                 self.queue.put_nowait(WatchEvent(type_, obj))
             return
         selected = type_ != DELETED and labels_match(self.selector or [], obj)
@@ -130,7 +148,24 @@ class _SharedWatch:
     def add(self, sub: _Subscriber) -> None:
         self.subscribers.append(sub)
         if self.synced:
-            sub.prime(self.objects, self.namespace)
+            self._prime(sub)
+
+    def _prime(self, sub: _Subscriber) -> None:
+        if sub.name is None or sub.name in self.objects:
+            sub.prime(self.objects)
+            return
+        # Absent from the cache: it may have been created a moment ago and its event not be here yet.
+        sub.buffer = []
+        sub.confirming = asyncio.get_running_loop().create_task(self._confirm(sub))
+
+    async def _confirm(self, sub: _Subscriber) -> None:
+        assert sub.name is not None
+        try:
+            obj = await self.hook.get_object(self.resource, sub.name, self.namespace)
+        except Exception as err:
+            sub.queue.put_nowait(err)
+            return
+        sub.prime_confirmed(obj, self.namespace)
 
     async def stop(self) -> None:
         self.task.cancel()
@@ -189,7 +224,10 @@ class _SharedWatch:
             self.objects = current
             self.synced = True
             for sub in self.subscribers:
-                sub.prime(self.objects, self.namespace)
+                if sub.name is None or sub.name in current:
+                    sub.prime(current)
+                else:  # the LIST was read just now: its absence needs no confirmation
+                    sub.prime_confirmed(None, self.namespace)
             return
         # A relist: report what the expired watch missed.
         for name, gone in list(self.objects.items()):
@@ -229,6 +267,16 @@ class _SharedWatch:
 
 def _rv(obj: dict[str, Any]) -> str | None:
     return obj.get("metadata", {}).get("resourceVersion")
+
+
+def _not_newer(version: str | None, floor: str | None) -> bool:
+    """Whether a change at ``version`` is already reflected by a read at ``floor`` (etcd revisions)."""
+    if version is None or floor is None:
+        return False
+    try:
+        return int(version) <= int(floor)
+    except ValueError:
+        return False
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchHub] = weakref.WeakKeyDictionary()
@@ -289,6 +337,8 @@ class WatchHub:
             yield sub.events()
         finally:
             self._count(subscribers=-1)
+            if sub.confirming is not None:
+                sub.confirming.cancel()
             watch.subscribers.remove(sub)
             if not watch.subscribers:
                 if self._watches.get(key) is watch:

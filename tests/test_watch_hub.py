@@ -1,0 +1,308 @@
+"""WatchHub against localkube over HTTP: one shared LIST+WATCH, resume, relist on 410, backoff, fan-out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.kinds.base import PODS, ResourceRef
+from airflow_provider_training.kinds.registry import get_kind
+from airflow_provider_training.localkube.cluster import LocalKube
+from airflow_provider_training.watch import WatchEvent, WatchHub
+from tests.hooks.kube_env import FAST_RETRY, job_body, local_cluster, requests_to, rtype, use_connection
+
+PYTORCH = get_kind("PyTorchJob")
+JOB = PYTORCH.resource
+
+
+@pytest_asyncio.fixture
+async def kube(tmp_path: Path) -> AsyncIterator[LocalKube]:
+    async with local_cluster(tmp_path) as cluster:
+        yield cluster
+
+
+@pytest_asyncio.fixture
+async def hook(kube: LocalKube, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncTrainingJobHook]:
+    h = AsyncTrainingJobHook(use_connection(monkeypatch, kube), retry=FAST_RETRY)
+    yield h
+    await h.close()
+
+
+def create(
+    cluster: LocalKube, name: str, labels: dict[str, str] | None = None, namespace: str = "default"
+) -> dict:
+    body = {**job_body(name, labels), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+    return cluster.store.create(rtype(cluster, JOB), namespace, body)
+
+
+def relabel(cluster: LocalKube, name: str, labels: dict[str, str]) -> dict:
+    patch = {"metadata": {"labels": labels}}
+    return cluster.store.patch(rtype(cluster, JOB), "default", name, patch, "application/merge-patch+json")
+
+
+async def next_event(events: AsyncIterator[WatchEvent]) -> WatchEvent:
+    return await asyncio.wait_for(anext(events), 10)  # a guard against hanging, not a timing assertion
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition never became true")
+
+
+async def watch_open(cluster: LocalKube, count: int = 1) -> None:
+    """Wait until the server has answered ``count`` watch requests (it registers a watch before answering)."""
+    await until(lambda: len([r for r in watches(cluster) if r.status == 200]) >= count)
+
+
+def watches(cluster: LocalKube, plural: str = "pytorchjobs") -> list:
+    return requests_to(cluster, plural, watch=True)
+
+
+def lists(cluster: LocalKube, plural: str = "pytorchjobs") -> list:
+    return [r for r in requests_to(cluster, plural, watch=False) if r.path.endswith(f"/{plural}")]
+
+
+async def test_two_subscribers_on_two_jobs_share_one_watch(kube, hook):
+    hub = WatchHub()
+    create(kube, "job-a")
+    async with (
+        hub.subscribe(hook, JOB, "default", name="job-a") as a,
+        hub.subscribe(hook, JOB, "default", name="job-b") as b,
+    ):
+        first_a, first_b = await next_event(a), await next_event(b)
+        assert (first_a.type, first_a.name) == ("ADDED", "job-a")
+        assert (first_b.type, first_b.name) == ("DELETED", "job-b")  # absent: a DELETED marker
+
+        create(kube, "job-b")
+        relabel(kube, "job-a", {"step": "1"})
+        added_b, modified_a = await next_event(b), await next_event(a)
+        assert (added_b.type, added_b.name) == ("ADDED", "job-b")
+        assert modified_a.type == "MODIFIED" and modified_a.object["metadata"]["labels"] == {"step": "1"}
+
+        assert len(watches(kube)) == 1 and len(lists(kube)) == 1
+        stats = hub.stats
+        assert (stats.watches_opened, stats.lists, stats.active_watches, stats.subscribers) == (1, 1, 1, 2)
+    assert hub.stats.active_watches == 0 and hub.stats.subscribers == 0
+    assert hub.stats.requests == 2  # one LIST, one WATCH
+
+
+async def test_many_subscribers_one_watch(kube, hook):
+    hub = WatchHub()
+    names = [f"job-{i}" for i in range(20)]
+    async with contextlib.AsyncExitStack() as stack:
+        subs = [await stack.enter_async_context(hub.subscribe(hook, JOB, "default", name=n)) for n in names]
+        assert [(await next_event(s)).type for s in subs] == ["DELETED"] * 20
+        for n in names:
+            create(kube, n)
+        assert [(await next_event(s)).name for s in subs] == names
+    assert len(watches(kube)) == 1 and len(lists(kube)) == 1
+
+
+async def test_subscriber_joining_later_gets_the_cached_state(kube, hook):
+    hub = WatchHub()
+    create(kube, "early")
+    async with hub.subscribe(hook, JOB, "default", name="early") as first:
+        await next_event(first)
+        relabel(kube, "early", {"v": "2"})
+        assert (await next_event(first)).type == "MODIFIED"
+        async with hub.subscribe(hook, JOB, "default", name="early") as late:
+            current = await next_event(late)
+            assert current.type == "ADDED" and current.object["metadata"]["labels"] == {"v": "2"}
+    assert len(lists(kube)) == 1
+
+
+async def test_resumes_from_the_last_resource_version_when_the_server_ends_the_stream(kube, hook):
+    hub = WatchHub()
+    create(kube, "job")
+    async with hub.subscribe(hook, JOB, "default", name="job") as events:
+        await next_event(events)
+        last = relabel(kube, "job", {"v": "1"})
+        assert (await next_event(events)).type == "MODIFIED"
+        await watch_open(kube)
+        assert kube.faults.end_watches() == 1
+        relabel(kube, "job", {"v": "2"})  # while the hub reconnects
+        event = await next_event(events)
+        assert event.type == "MODIFIED" and event.object["metadata"]["labels"] == {"v": "2"}
+        await until(lambda: len(watches(kube)) == 2)
+    second = watches(kube)[1]
+    assert int(second.query["resourceVersion"]) >= int(last["metadata"]["resourceVersion"])
+    assert second.query.get("allowWatchBookmarks") == "true"
+    assert len(lists(kube)) == 1  # resumed, not relisted
+    assert hub.stats.relists == 0
+
+
+async def test_relists_after_410_and_reports_missed_changes(kube, hook):
+    hub = WatchHub()
+    create(kube, "changed")
+    create(kube, "removed")
+    create(kube, "kept")
+    async with (
+        hub.subscribe(hook, JOB, "default", name="changed") as changed,
+        hub.subscribe(hook, JOB, "default", name="removed") as removed,
+        hub.subscribe(hook, JOB, "default", name="kept") as kept,
+    ):
+        for sub in (changed, removed, kept):
+            assert (await next_event(sub)).type == "ADDED"
+        await watch_open(kube)
+        kube.faults.expire_watch(1)
+        # End the stream and change the objects before the hub can reconnect (the same loop runs both):
+        assert kube.faults.end_watches() == 1
+        relabel(kube, "changed", {"v": "new"})
+        kube.store.delete(rtype(kube, JOB), "default", "removed")
+        assert (await next_event(changed)).object["metadata"]["labels"] == {"v": "new"}
+        gone = await next_event(removed)
+        assert (gone.type, gone.name) == ("DELETED", "removed")
+        create(kube, "late")  # the watch after the relist still works
+        async with hub.subscribe(hook, JOB, "default", name="late") as late:
+            assert (await next_event(late)).type == "ADDED"
+        relabel(kube, "kept", {"v": "touched"})  # no synthetic event was queued for the unchanged object
+        assert (await next_event(kept)).object["metadata"]["labels"] == {"v": "touched"}
+    assert hub.stats.relists == 1 and hub.stats.lists == 2
+    assert [r.status for r in lists(kube)] == [200, 200]
+
+
+async def test_relist_after_a_real_410_from_expired_history(tmp_path, monkeypatch):
+    async with LocalKube(runtime=None, controllers=[], history_size=3) as cluster:
+        cluster.write_kubeconfig(tmp_path / "kubeconfig")
+        hook = AsyncTrainingJobHook(use_connection(monkeypatch, cluster), retry=FAST_RETRY)
+        hub = WatchHub()
+        create(cluster, "busy")
+        try:
+            async with hub.subscribe(hook, JOB, "default", name="busy") as events:
+                await next_event(events)
+                await watch_open(cluster)
+                cluster.faults.end_watches()
+                for i in range(10):  # more changes than the server's history keeps
+                    relabel(cluster, "busy", {"v": str(i)})
+                event = await next_event(events)
+                assert event.type == "MODIFIED" and event.object["metadata"]["labels"] == {"v": "9"}
+            assert hub.stats.relists == 1
+        finally:
+            await hook.close()
+
+
+async def test_deleted_object_is_reported(kube, hook):
+    hub = WatchHub()
+    create(kube, "doomed")
+    async with hub.subscribe(hook, JOB, "default", name="doomed") as events:
+        assert (await next_event(events)).type == "ADDED"
+        kube.store.delete(rtype(kube, JOB), "default", "doomed")
+        event = await next_event(events)
+        assert (event.type, event.name) == ("DELETED", "doomed")
+
+
+async def test_the_watch_stops_when_the_last_subscriber_leaves(kube, hook):
+    hub = WatchHub()
+    async with hub.subscribe(hook, JOB, "default", name="x") as events:
+        await next_event(events)
+        async with hub.subscribe(hook, JOB, "default", name="y") as other:
+            await next_event(other)
+        assert hub.stats.active_watches == 1
+        await until(lambda: len(watches(kube)) == 1)
+    assert hub.stats.active_watches == 0
+    await until(lambda: kube.faults.end_watches() == 0)  # the server has no open watch left
+    async with hub.subscribe(hook, JOB, "default", name="x") as events:  # a new subscriber starts over
+        await next_event(events)
+    assert hub.stats.lists == 2
+
+
+async def test_label_selector_subscription(kube, hook):
+    hub = WatchHub()
+    create(kube, "blue-1", {"color": "blue"})
+    create(kube, "red-1", {"color": "red"})
+    async with hub.subscribe(hook, JOB, "default", label_selector="color=blue") as blue:
+        first = await next_event(blue)
+        assert (first.type, first.name) == ("ADDED", "blue-1")
+        create(kube, "blue-2", {"color": "blue"})
+        assert (await next_event(blue)).name == "blue-2"
+        relabel(kube, "red-1", {"color": "blue"})  # starts matching
+        assert [(e.type, e.name) for e in [await next_event(blue)]] == [("ADDED", "red-1")]
+        relabel(kube, "blue-1", {"color": "green"})  # stops matching
+        assert [(e.type, e.name) for e in [await next_event(blue)]] == [("DELETED", "blue-1")]
+        relabel(kube, "blue-2", {"color": "blue", "size": "l"})
+        assert [(e.type, e.name) for e in [await next_event(blue)]] == [("MODIFIED", "blue-2")]
+
+
+async def test_reconnects_with_backoff_after_dropped_connections_and_server_errors(kube, hook):
+    hub = WatchHub()
+    create(kube, "job")
+    kube.faults.fail(503, 1, resource="pytorchjobs", method="GET")  # the first LIST
+    async with hub.subscribe(hook, JOB, "default", name="job") as events:
+        assert (await next_event(events)).type == "ADDED"
+        await watch_open(kube)
+        kube.faults.drop(2, path="pytorchjobs", method="GET")  # the next two reconnects
+        kube.faults.end_watches()
+        relabel(kube, "job", {"v": "after"})
+        event = await next_event(events)
+        assert event.object["metadata"]["labels"] == {"v": "after"}
+    statuses = [r.status for r in requests_to(kube, "pytorchjobs")]
+    assert statuses == [503, 200, 200, None, None, 200]  # LIST retried; watch re-opened after two drops
+    assert hub.stats.relists == 0 and hub.stats.lists == 1
+
+
+async def test_a_permanent_error_is_raised_to_subscribers(kube, hook):
+    hub = WatchHub()
+    unknown = ResourceRef("example.com", "v1", "widgets", "Widget")
+    with pytest.raises(KubeApiError) as caught:
+        async with hub.subscribe(hook, unknown, "default", name="w") as events:
+            await next_event(events)
+    assert caught.value.status == 404
+    assert len(requests_to(kube, "widgets")) == 1  # not retried
+
+
+async def test_bookmarks_advance_the_resume_version(tmp_path, monkeypatch):
+    async with LocalKube(runtime=None, controllers=[], bookmark_interval=0.02) as cluster:
+        cluster.write_kubeconfig(tmp_path / "kubeconfig")
+        hook = AsyncTrainingJobHook(use_connection(monkeypatch, cluster), retry=FAST_RETRY)
+        hub = WatchHub()
+        create(cluster, "quiet")
+        try:
+            async with hub.subscribe(hook, JOB, "default", name="quiet") as events:
+                await next_event(events)
+                listed_rv = int(cluster.store.resource_version)
+                pods = rtype(cluster, PODS)
+                for i in range(3):  # changes elsewhere move the server's resourceVersion on
+                    cluster.store.create(pods, "default", {"metadata": {"name": f"p{i}"}, "spec": {}})
+                await until(lambda: hub.stats.events >= 1)  # a BOOKMARK arrived
+                cluster.faults.end_watches()
+                await until(lambda: len(watches(cluster)) == 2)
+            assert int(watches(cluster)[1].query["resourceVersion"]) > listed_rv
+        finally:
+            await hook.close()
+
+
+async def test_namespaces_and_resources_get_their_own_watch(kube, hook):
+    hub = WatchHub()
+    async with (
+        hub.subscribe(hook, JOB, "default", name="a") as one,
+        hub.subscribe(hook, JOB, "other", name="a") as two,
+        hub.subscribe(hook, PODS, "default", name="a") as three,
+    ):
+        for sub in (one, two, three):
+            await next_event(sub)
+        assert hub.stats.active_watches == 3
+
+
+async def test_shared_hub_is_one_per_event_loop():
+    hub = WatchHub.shared()
+    assert WatchHub.shared() is hub
+    other: list[WatchHub] = []
+
+    async def elsewhere() -> None:
+        other.append(WatchHub.shared())
+
+    thread = threading.Thread(target=lambda: asyncio.run(elsewhere()))
+    thread.start()
+    thread.join()
+    assert other and other[0] is not hub
