@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from airflow_provider_training.localkube.store import ApiError, WatchEvent
 if TYPE_CHECKING:
     from airflow_provider_training.localkube.cluster import LocalKube
 
+log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _NOT_FOUND = ApiError(404, "NotFound", "the server could not find the requested resource")
 
@@ -109,6 +111,11 @@ class _Api:
             return await handler(request)
         except ApiError as error:
             return error_response(error)
+        except (ConnectionError, web.HTTPException):
+            raise
+        except Exception as exc:  # a bug of ours: answer as the real server does, with a Status
+            log.exception("localkube: %s %s failed", request.method, request.path)
+            return error_response(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
 
     @web.middleware
     async def auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import pytest
 from kubernetes import client
@@ -273,3 +275,11 @@ def test_delete_orphan_keeps_children(custom: client.CustomObjectsApi, core: cli
     )
     kept = core.read_namespaced_pod("kept", "default")
     assert kept.metadata.owner_references is None
+
+
+def test_call_runs_on_the_cluster_loop(kube: LocalKube) -> None:
+    async def on_loop(value: int) -> tuple[int, bool]:
+        return value, asyncio.get_running_loop() is kube.loop
+
+    assert kube.call(on_loop, 7) == (7, True)
+    assert kube.call(threading.current_thread) is not threading.current_thread()
