@@ -17,7 +17,15 @@ from airflow_provider_training.kinds.base import PODS, ResourceRef
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.watch import WatchEvent, WatchHub
-from tests.hooks.kube_env import FAST_RETRY, job_body, local_cluster, requests_to, rtype, use_connection
+from tests.hooks.kube_env import (
+    FAST_RETRY,
+    cluster_and_hook,
+    job_body,
+    local_cluster,
+    requests_to,
+    rtype,
+    use_connection,
+)
 
 PYTORCH = get_kind("PyTorchJob")
 JOB = PYTORCH.resource
@@ -173,23 +181,18 @@ async def test_relists_after_410_and_reports_missed_changes(kube, hook):
 
 
 async def test_relist_after_a_real_410_from_expired_history(tmp_path, monkeypatch):
-    async with LocalKube(runtime=None, controllers=[], history_size=3) as cluster:
-        cluster.write_kubeconfig(tmp_path / "kubeconfig")
-        hook = AsyncTrainingJobHook(use_connection(monkeypatch, cluster), retry=FAST_RETRY)
+    async with cluster_and_hook(tmp_path, monkeypatch, history_size=3) as (cluster, hook):
         hub = WatchHub()
         create(cluster, "busy")
-        try:
-            async with hub.subscribe(hook, JOB, "default", name="busy") as events:
-                await next_event(events)
-                await watch_open(cluster)
-                cluster.faults.end_watches()
-                for i in range(10):  # more changes than the server's history keeps
-                    relabel(cluster, "busy", {"v": str(i)})
-                event = await next_event(events)
-                assert event.type == "MODIFIED" and event.object["metadata"]["labels"] == {"v": "9"}
-            assert hub.stats.relists == 1
-        finally:
-            await hook.close()
+        async with hub.subscribe(hook, JOB, "default", name="busy") as events:
+            await next_event(events)
+            await watch_open(cluster)
+            cluster.faults.end_watches()
+            for i in range(10):  # more changes than the server's history keeps
+                relabel(cluster, "busy", {"v": str(i)})
+            event = await next_event(events)
+            assert event.type == "MODIFIED" and event.object["metadata"]["labels"] == {"v": "9"}
+        assert hub.stats.relists == 1
 
 
 async def test_deleted_object_is_reported(kube, hook):
@@ -262,24 +265,19 @@ async def test_a_permanent_error_is_raised_to_subscribers(kube, hook):
 
 
 async def test_bookmarks_advance_the_resume_version(tmp_path, monkeypatch):
-    async with LocalKube(runtime=None, controllers=[], bookmark_interval=0.02) as cluster:
-        cluster.write_kubeconfig(tmp_path / "kubeconfig")
-        hook = AsyncTrainingJobHook(use_connection(monkeypatch, cluster), retry=FAST_RETRY)
+    async with cluster_and_hook(tmp_path, monkeypatch, bookmark_interval=0.02) as (cluster, hook):
         hub = WatchHub()
         create(cluster, "quiet")
-        try:
-            async with hub.subscribe(hook, JOB, "default", name="quiet") as events:
-                await next_event(events)
-                listed_rv = int(cluster.store.resource_version)
-                pods = rtype(cluster, PODS)
-                for i in range(3):  # changes elsewhere move the server's resourceVersion on
-                    cluster.store.create(pods, "default", {"metadata": {"name": f"p{i}"}, "spec": {}})
-                await until(lambda: hub.stats.events >= 1)  # a BOOKMARK arrived
-                cluster.faults.end_watches()
-                await until(lambda: len(watches(cluster)) == 2)
-            assert int(watches(cluster)[1].query["resourceVersion"]) > listed_rv
-        finally:
-            await hook.close()
+        async with hub.subscribe(hook, JOB, "default", name="quiet") as events:
+            await next_event(events)
+            listed_rv = int(cluster.store.resource_version)
+            pods = rtype(cluster, PODS)
+            for i in range(3):  # changes elsewhere move the server's resourceVersion on
+                cluster.store.create(pods, "default", {"metadata": {"name": f"p{i}"}, "spec": {}})
+            await until(lambda: hub.stats.events >= 1)  # a BOOKMARK arrived
+            cluster.faults.end_watches()
+            await until(lambda: len(watches(cluster)) == 2)
+        assert int(watches(cluster)[1].query["resourceVersion"]) > listed_rv
 
 
 async def test_namespaces_and_resources_get_their_own_watch(kube, hook):

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_training.hooks.retry import RetryPolicy
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import JobKind, ResourceRef
 from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.localkube.resources import ResourceType
@@ -20,11 +21,24 @@ FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
 
 
 @contextlib.asynccontextmanager
-async def local_cluster(tmp_path: Path) -> AsyncIterator[LocalKube]:
+async def local_cluster(tmp_path: Path, **options: Any) -> AsyncIterator[LocalKube]:
     """localkube in the running loop, without controllers or pod runtime: the test writes the state."""
-    async with LocalKube(runtime=None, controllers=[]) as cluster:
+    async with LocalKube(runtime=None, controllers=[], **options) as cluster:
         cluster.write_kubeconfig(tmp_path / "kubeconfig")
         yield cluster
+
+
+@contextlib.asynccontextmanager
+async def cluster_and_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> AsyncIterator[tuple[LocalKube, AsyncTrainingJobHook]]:
+    """A :func:`local_cluster` with LocalKube ``options``, and a hook on a connection pointing at it."""
+    async with local_cluster(tmp_path, **options) as cluster:
+        hook = AsyncTrainingJobHook(use_connection(monkeypatch, cluster), retry=FAST_RETRY)
+        try:
+            yield cluster, hook
+        finally:
+            await hook.close()
 
 
 def use_connection(monkeypatch: pytest.MonkeyPatch, cluster: LocalKube, namespace: str = "team-a") -> str:
