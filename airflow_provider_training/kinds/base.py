@@ -139,6 +139,11 @@ class ChildResource:
     """Objects a job's controller creates that the provider must read or clean up.
 
     ``selector`` turns a job name into a label selector finding these children.
+    ``name``, when set, turns a job name into the one child's exact object name: generic code then finds it
+    by name (GET, ``metadata.name`` field selector, a named watch subscription) instead of by ``selector``,
+    for controllers that label nothing (the API server's defaulting may still label it; ``selector`` relies
+    on that).
+    Several entries may share one ``resource``; :attr:`JobKind.read_status` gets them merged under its key.
     ``needed_for_status`` children are handed to :attr:`JobKind.read_status`.
     ``delete_on_cleanup`` children are deleted with the job, for APIs whose controller never garbage-collects them.
     """
@@ -147,6 +152,7 @@ class ChildResource:
     selector: Callable[[str], str]
     needed_for_status: bool = False
     delete_on_cleanup: bool = False
+    name: Callable[[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +172,13 @@ class JobKind:
     ``needed_for_status`` become a :class:`JobStatus`. ``pod_selector(job_name)`` finds every replica pod;
     ``master_selector(job_name)`` finds the pod(s) whose logs matter most. ``replica_of_pod(pod)`` names a pod's
     replica type and index, for log prefixes and the replica table.
+
+    ``extra_pod_selectors(job_name)`` lists more selectors whose pods are replicas too, for APIs whose replica
+    types carry different labels (EDL's master and pserver pods): "all replicas" is the union.
+    ``owns_pod(job_name, pod)`` filters pods a selector cannot tell apart (legacy MxJob pods carry no job
+    name); generic code drops pods for which it is false. ``failed_replicas(job)`` lists the failing replicas
+    the job's own status records (T9k keeps exit codes there even after its pods are gone), in the dict shape
+    of ``diagnostics.replica_failures``.
     """
 
     resource: ResourceRef
@@ -180,6 +193,9 @@ class JobKind:
     children: tuple[ChildResource, ...] = ()
     # Refuses a target state this job can never reach (e.g. T9k debug mode never succeeds); returns an error text.
     check_target: Callable[[RawObject, JobState], str | None] = lambda job, target: None
+    extra_pod_selectors: Callable[[str], tuple[str, ...]] = lambda job_name: ()
+    owns_pod: Callable[[str, RawObject], bool] = lambda job_name, pod: True
+    failed_replicas: Callable[[RawObject], list[dict[str, Any]]] = lambda job: []
 
     @property
     def kind(self) -> str:

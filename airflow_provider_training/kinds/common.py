@@ -71,10 +71,12 @@ def pending_without_status(
     replicas: Mapping[str, ReplicaCounts] | None = None,
     now: datetime | None = None,
     grace_seconds: float = STATUS_GRACE_SECONDS,
+    missing: str = "no status",
 ) -> JobStatus:
     """PENDING for a job that has no status yet; ``stalled`` once ``grace_seconds`` passed since creation.
 
     ``causes`` says why a status may stay empty for this kind (e.g. "the training operator is not running").
+    ``missing`` names what is missing, for kinds whose status lives elsewhere (e.g. "no trainer Job").
     """
     created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
     now = now or pendulum.now("UTC")
@@ -82,7 +84,7 @@ def pending_without_status(
         return JobStatus(JobState.PENDING, replicas=dict(replicas or {}))
     name = (job.get("metadata") or {}).get("name", "")
     age = int((now - created).total_seconds())
-    message = f"{job.get('kind', 'job')} {name} has no status {age}s after creation: {causes}"
+    message = f"{job.get('kind', 'job')} {name} has {missing} {age}s after creation: {causes}"
     return JobStatus(
         JobState.PENDING,
         reason=OPERATOR_NOT_RUNNING,

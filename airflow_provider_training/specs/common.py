@@ -153,7 +153,6 @@ class JobModel(SpecModel):
 
     def errors(self) -> FieldErrors:
         """Everything the API or the operator would refuse, beyond the field types pydantic checked."""
-        kind = self.job_kind()
         replicas = self.replicas()
         errors: FieldErrors = []
         if (self.api_version, self.kind) != (self.API_VERSION, self.KIND):
@@ -161,10 +160,14 @@ class JobModel(SpecModel):
                 ("apiVersion", f"must be {self.API_VERSION} for {self.KIND} (got {self.api_version})")
             )
         errors += name_errors(self.metadata.name, replicas)
-        errors += replica_type_errors(replicas, kind.replica_types)
+        errors += replica_type_errors(replicas, self.allowed_replica_types())
         for replica in replicas:
             errors += container_errors(replica, self.default_container_required(replica))
         return errors + self.rule_errors()
+
+    def allowed_replica_types(self) -> tuple[str, ...] | None:
+        """The replica types the operator accepts; ``None`` for APIs whose types are free names."""
+        return self.job_kind().replica_types
 
     def default_container_required(self, replica: Replica) -> str | None:
         """The container name the operator needs in this replica's pods (``None``: any name will do)."""
@@ -205,7 +208,10 @@ def name_errors(name: str | None, replicas: Iterable[Replica]) -> FieldErrors:
     ]
 
 
-def replica_type_errors(replicas: list[Replica], allowed: Iterable[str]) -> FieldErrors:
+def replica_type_errors(replicas: list[Replica], allowed: Iterable[str] | None) -> FieldErrors:
+    """Unknown replica types (any name is fine when ``allowed`` is ``None``), and at least one replica."""
+    if allowed is None:
+        return [] if replicas else [("spec", "must define at least one replica")]
     allowed = tuple(allowed)
     errors = [
         (replica.path, f"unknown replica type {replica.type!r}; allowed: {', '.join(allowed)}")
