@@ -1,0 +1,241 @@
+"""The scripted pod runtime: pod phases, container states, events and logs as a kubelet reports them,
+following the timeline a script sets (docs/localkube-runtimes.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import watch
+from kubernetes.client.rest import ApiException
+
+from airflow_provider_training.localkube.runtime import register_script, unregister_script
+from airflow_provider_training.localkube.runtime.script import ScriptError, parse_script, resolve_step
+from tests.localkube.test_controller_support import SCRIPT, KubeClient, conditions, job, kc, replica
+
+__all__ = ["kc"]
+
+
+def bare_pod(name: str, script: dict | None = None, *, restart_policy: str = "Never", **spec: Any) -> dict:
+    metadata: dict[str, Any] = {"name": name}
+    if script is not None:
+        metadata["annotations"] = {SCRIPT: json.dumps(script)}
+    containers = [{"name": "main", "image": "example/main:1"}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": containers, "restartPolicy": restart_policy, **spec},
+    }
+
+
+def watch_pod(kc: KubeClient, name: str, until: Callable[[Any], bool]) -> list[Any]:
+    """Every state of the pod seen through a watch until `until` holds."""
+    seen = []
+    for event in watch.Watch().stream(
+        kc.core.list_namespaced_pod, "default", field_selector=f"metadata.name={name}", timeout_seconds=15
+    ):
+        seen.append(event["object"])
+        if until(event["object"]):
+            return seen
+    pytest.fail(f"pod {name} never reached the expected state")
+
+
+def state_name(pod: Any) -> tuple[str, str | None]:
+    statuses = pod.status.container_statuses or []
+    if not statuses:
+        return pod.status.phase, None
+    state = statuses[0].state
+    for key in ("waiting", "running", "terminated"):
+        if getattr(state, key) is not None:
+            reason = getattr(getattr(state, key), "reason", None)
+            return pod.status.phase, f"{key}:{reason}" if reason else key
+    return pod.status.phase, None
+
+
+def restarts(pod: Any) -> int:
+    return int(pod.status.container_statuses[0].restart_count)
+
+
+def test_a_bare_pod_runs_its_default_timeline(kc: KubeClient) -> None:
+    kc.core.create_namespaced_pod("default", bare_pod("plain"))
+    seen = watch_pod(kc, "plain", lambda p: p.status.phase == "Succeeded")
+    states = [state_name(p) for p in seen]
+    assert states[-1] == ("Succeeded", "terminated:Completed")
+    order = [s for i, s in enumerate(states) if s not in states[:i]]
+    assert order.index(("Pending", "waiting:ContainerCreating")) < order.index(("Running", "running"))
+    final = seen[-1]
+    assert final.status.container_statuses[0].state.terminated.exit_code == 0
+    assert final.status.pod_ip == "127.0.0.1"
+    assert {c.type: c.status for c in final.status.conditions} == {
+        "Initialized": "True",
+        "Ready": "False",
+        "ContainersReady": "False",
+        "PodScheduled": "True",
+    }
+    assert kc.log("plain") == "plain/main: training step 1\nplain/main: done\n"
+    assert kc.reasons("plain") == ["Scheduled", "Pulling", "Pulled", "Created", "Started"]
+    (scheduled,) = [e for e in kc.events("plain") if e.reason == "Scheduled"]
+    assert scheduled.source.component == "default-scheduler"
+
+
+def test_exit_code_reason_and_message(kc: KubeClient) -> None:
+    script = {"default": {"exit_code": 137, "reason": "OOMKilled", "message": "out of memory", "logs": []}}
+    kc.core.create_namespaced_pod("default", bare_pod("oom", script))
+    pod = kc.wait_pod("oom", lambda p: p.status.phase == "Failed")
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason, terminated.message) == (
+        137,
+        "OOMKilled",
+        "out of memory",
+    )
+
+
+def test_unschedulable_then_scheduled(kc: KubeClient) -> None:
+    kc.core.create_namespaced_pod(
+        "default", bare_pod("stuck", {"default": {"pending": "Unschedulable", "pending_for": 0.3}})
+    )
+    pending = kc.wait_pod("stuck", lambda p: bool(p.status.conditions))
+    (scheduled,) = pending.status.conditions
+    assert (pending.status.phase, scheduled.type, scheduled.status, scheduled.reason) == (
+        "Pending",
+        "PodScheduled",
+        "False",
+        "Unschedulable",
+    )
+    (failed,) = [e for e in kc.events("stuck") if e.reason == "FailedScheduling"]
+    assert failed.type == "Warning" and "0/1 nodes are available" in failed.message
+    kc.wait_pod("stuck", lambda p: p.status.phase == "Succeeded")
+
+
+def test_image_pull_back_off_then_pulled(kc: KubeClient) -> None:
+    kc.core.create_namespaced_pod(
+        "default", bare_pod("pull", {"default": {"pending": "ImagePullBackOff", "pending_for": 0.4}})
+    )
+    stuck = kc.wait_pod("pull", lambda p: state_name(p) == ("Pending", "waiting:ImagePullBackOff"))
+    assert (
+        stuck.status.container_statuses[0].state.waiting.message == 'Back-off pulling image "example/main:1"'
+    )
+    with pytest.raises(ApiException) as info:
+        kc.log("pull")
+    assert info.value.status == 400
+    message = json.loads(info.value.body)["message"]
+    assert message == 'container "main" in pod "pull" is waiting to start: ImagePullBackOff'
+    events = [(e.type, e.reason, e.message) for e in kc.events("pull")]
+    assert ("Warning", "Failed", "Error: ImagePullBackOff") in events
+    assert ("Normal", "BackOff", 'Back-off pulling image "example/main:1"') in events
+    kc.wait_pod("pull", lambda p: p.status.phase == "Succeeded")
+
+
+def test_restart_always_crash_loops_until_deleted(kc: KubeClient) -> None:
+    kc.core.create_namespaced_pod(
+        "default",
+        bare_pod("loop", {"default": {"duration": 0.01, "logs": ["run {attempt}"]}}, restart_policy="Always"),
+    )
+    pod = kc.wait_pod("loop", lambda p: bool(p.status.container_statuses) and restarts(p) >= 2)
+    assert pod.status.phase == "Running"
+    assert pod.status.container_statuses[0].last_state.terminated.reason == "Completed"
+    assert "BackOff" in kc.reasons("loop")
+    kc.core.delete_namespaced_pod("loop", "default")
+    with pytest.raises(ApiException) as info:
+        kc.log("loop")
+    assert info.value.status == 404
+
+
+def test_init_containers_complete_first(kc: KubeClient) -> None:
+    pod = bare_pod("init", initContainers=[{"name": "setup", "image": "busybox:1"}])
+    kc.core.create_namespaced_pod("default", pod)
+    done = kc.wait_pod("init", lambda p: p.status.phase == "Succeeded")
+    init = done.status.init_container_statuses[0]
+    assert (init.name, init.state.terminated.reason, init.state.terminated.exit_code) == (
+        "setup",
+        "Completed",
+        0,
+    )
+    reasons = kc.reasons("init")
+    assert reasons.index("Started") < len(reasons) - 1  # init started before main
+    assert [e.message for e in kc.events("init") if e.reason == "Created"] == [
+        "Created container setup",
+        "Created container main",
+    ]
+
+
+def test_per_container_override(kc: KubeClient) -> None:
+    script = {"default": {"containers": {"sidecar": {"duration": None, "logs": ["sidecar up"]}}}}
+    pod = bare_pod("pair", script)
+    pod["spec"]["containers"].append({"name": "sidecar", "image": "example/sidecar:1"})
+    kc.core.create_namespaced_pod("default", pod)
+    running = kc.wait_pod("pair", lambda p: state_name(p)[1] == "terminated:Completed")
+    assert running.status.phase == "Running"  # the sidecar still runs
+    assert kc.log("pair", container="sidecar") == "sidecar up\n"
+
+
+def test_invalid_script_fails_the_container_visibly(kc: KubeClient) -> None:
+    kc.core.create_namespaced_pod("default", bare_pod("typo", {"default": {"exitcode": 1}}))
+    pod = kc.wait_pod("typo", lambda p: p.status.phase == "Failed")
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 2
+    assert "FailedScriptParse" in kc.reasons("typo")
+    assert "default.exitcode: unknown field" in kc.log("typo")
+
+
+def test_registered_script_and_live_log_follow(kc: KubeClient) -> None:
+    register_script(
+        "registered", {"Worker": {"duration": 0.6, "logs": ["a", "b", "c"]}, "Master": {"exit_code": 1}}
+    )
+    try:
+        specs = {"Master": replica("pytorch", restart_policy="Never"), "Worker": replica("pytorch")}
+        kc.create(job("PyTorchJob", "registered", specs))
+        kc.wait_pod("registered-worker-0", lambda p: p.status.phase == "Running")
+        stream = kc.core.read_namespaced_pod_log(
+            "registered-worker-0", "default", follow=True, _preload_content=False
+        )
+        lines = b"".join(stream.stream(amt=16)).decode().splitlines()
+        assert lines == ["a", "b", "c"]
+        final = kc.wait_condition("PyTorchJob", "registered", "Failed")
+        assert conditions(final)[-1] == ("Failed", "True", "PyTorchJobFailed")
+    finally:
+        unregister_script("registered")
+
+
+# -- the script format (no cluster) -------------------------------------------------------------------------
+def test_selectors_merge_from_default_to_pod_name() -> None:
+    script = parse_script(
+        """
+        default: {duration: 0.5, logs: [hello]}
+        worker: {exit_code: 1}
+        Worker-1: {attempts: [{exit_code: 137}, {exit_code: 0, logs: [second]}]}
+        job-worker-1: {reason: Custom}
+        """
+    )
+    step = resolve_step(
+        script, pod="job-worker-1", container="c", attempt=0, replica_type="worker", replica_index="1"
+    )
+    assert (step.duration, step.logs, step.exit_code, step.reason) == (0.5, ("hello",), 137, "Custom")
+    again = resolve_step(
+        script, pod="job-worker-1", container="c", attempt=5, replica_type="worker", replica_index="1"
+    )
+    assert (again.exit_code, again.logs) == (0, ("second",))  # the last attempt repeats
+    other = resolve_step(
+        script, pod="job-worker-0", container="c", attempt=0, replica_type="worker", replica_index="0"
+    )
+    assert (other.exit_code, other.reason) == (1, None)
+    default = resolve_step(None, pod="p", container="c", attempt=0)
+    assert (default.duration, default.exit_code, default.pending) == (0.2, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("[1, 2]", "must be a mapping"),
+        ('{"default": {"exitcode": 1}}', "default.exitcode: unknown field"),
+        ('{"Worker": {"pending": "Sleepy"}}', "Worker.pending: must be one of"),
+        ('{"Worker": {"exit_code": "1"}}', "Worker.exit_code: invalid value"),
+        ('{"Worker": {"attempts": [{"attempts": []}]}}', "attempts do not nest"),
+        ("{default: [", "neither JSON nor YAML"),
+    ],
+)
+def test_script_errors_name_the_field(source: str, message: str) -> None:
+    with pytest.raises(ScriptError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        parse_script(source)
