@@ -10,7 +10,15 @@ from kubernetes import client, config
 
 from airflow_provider_training.localkube.cluster import LocalKube
 
-pytest_plugins = ["airflow_provider_training.testing"]
+# The user-facing fixtures, imported rather than loaded with `pytest_plugins`, which pytest refuses outside
+# the top-level conftest.
+from airflow_provider_training.testing import (  # noqa: F401
+    localkube,
+    localkube_async,
+    localkube_conn,
+    localkube_crd_dir,
+    localkube_runtime,
+)
 
 
 @pytest.fixture
