@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from tests.hooks.kube_env import (
     local_cluster,
     requests_to,
     rtype,
+    until,
     use_connection,
 )
 
@@ -58,14 +59,6 @@ def relabel(cluster: LocalKube, name: str, labels: dict[str, str]) -> dict:
 
 async def next_event(events: AsyncIterator[WatchEvent]) -> WatchEvent:
     return await asyncio.wait_for(anext(events), 10)  # a guard against hanging, not a timing assertion
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition never became true")
 
 
 async def watch_open(cluster: LocalKube, count: int = 1) -> None:

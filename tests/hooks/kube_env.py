@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,15 @@ def use_connection(monkeypatch: pytest.MonkeyPatch, cluster: LocalKube, namespac
     assert cluster.kubeconfig is not None
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection_json(cluster.kubeconfig, namespace))
     return CONN_ID
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (bounded, as a guard against hanging) until ``condition()`` holds; no timing is asserted."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition never became true")
 
 
 def rtype(cluster: LocalKube, ref: ResourceRef) -> ResourceType:

@@ -1,0 +1,241 @@
+"""ReplicaLogStreamer against localkube over HTTP: pods and their logs written into the cluster's state."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.kinds.base import PODS
+from airflow_provider_training.kinds.registry import get_kind
+from airflow_provider_training.localkube.cluster import LocalKube
+from airflow_provider_training.logs import LogCursor, ReplicaLogStreamer, split_stamp, stamp_key
+from airflow_provider_training.watch import WatchHub
+from tests.hooks.kube_env import (
+    cluster_and_hook,
+    pod_manifest,
+    requests_to,
+    rtype,
+    set_pod_state,
+    until,
+)
+
+PYTORCH = get_kind("PyTorchJob")
+C = "pytorch"  # PyTorchJob's default container
+
+
+@pytest_asyncio.fixture
+async def env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[LocalKube, AsyncTrainingJobHook]]:
+    async with cluster_and_hook(tmp_path, monkeypatch) as pair:
+        yield pair
+
+
+class Streaming:
+    """A streamer running as a task, and the lines it emitted."""
+
+    def __init__(self, hook: AsyncTrainingJobHook, job: str = "job", **options) -> None:
+        self.lines: list[str] = []
+        self.streamer = ReplicaLogStreamer(
+            hook,
+            PYTORCH,
+            "default",
+            job,
+            emit=self.lines.append,
+            hub=WatchHub(),
+            retry_interval=0.05,
+            **options,
+        )
+        self.task = asyncio.get_running_loop().create_task(self.streamer.run())
+
+    async def wait_for(self, count: int) -> list[str]:
+        await until(lambda: len(self.lines) >= count)
+        return self.lines
+
+    async def stop(self) -> list[str]:
+        await self.streamer.stop()
+        await self.task
+        return self.lines
+
+
+def add_pod(
+    cluster: LocalKube, replica: str, index: int, phase: str = "Running", state: str = "running", **kw
+) -> str:
+    pod = pod_manifest(PYTORCH, "job", replica, index)
+    cluster.store.create(rtype(cluster, PODS), "default", pod)
+    set_pod_state(cluster, pod, phase, state, **kw)
+    if state != "waiting":
+        cluster.logs.start_container("default", pod["metadata"]["name"], C)
+    return pod["metadata"]["name"]
+
+
+def set_state(cluster: LocalKube, name: str, phase: str, state: str, **kw) -> None:
+    set_pod_state(cluster, cluster.store.get(rtype(cluster, PODS), "default", name), phase, state, **kw)
+
+
+def log_requests(cluster: LocalKube, pod: str) -> list:
+    return [r for r in requests_to(cluster, "pods") if r.path.endswith(f"/{pod}/log")]
+
+
+async def test_master_lines_are_prefixed_as_they_are_written(env):
+    cluster, hook = env
+    master, worker = add_pod(cluster, "Master", 0), add_pod(cluster, "Worker", 0)
+    cluster.logs.write("default", master, C, "epoch 1 loss 0.9\n")
+    cluster.logs.write("default", worker, C, "worker noise\n")
+    run = Streaming(hook)
+    assert await run.wait_for(1) == ["[master-0] epoch 1 loss 0.9"]
+    cluster.logs.write("default", master, C, "epoch 2 loss 0.5 ✓\n")
+    await run.wait_for(2)
+    cluster.logs.close_container("default", master, C)
+    set_state(cluster, master, "Succeeded", "terminated")
+    assert await run.stop() == ["[master-0] epoch 1 loss 0.9", "[master-0] epoch 2 loss 0.5 ✓"]
+    assert log_requests(cluster, worker) == []
+    assert run.streamer.pod_names == [master]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "expected"),
+    [
+        ("all", {"[master-0] m", "[worker-0] w0", "[worker-1] w1"}),
+        (["worker"], {"[worker-0] w0", "[worker-1] w1"}),
+    ],
+)
+async def test_replica_choice(env, replicas, expected):
+    cluster, hook = env
+    for replica, index, text in (("Master", 0, "m"), ("Worker", 0, "w0"), ("Worker", 1, "w1")):
+        cluster.logs.write("default", add_pod(cluster, replica, index), C, text)
+    run = Streaming(hook, replicas=replicas)
+    await run.wait_for(len(expected))
+    assert set(await run.stop()) == expected
+
+
+async def test_a_pod_is_followed_once_its_container_starts(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0, phase="Pending", state="waiting")
+    run = Streaming(hook)
+    await until(lambda: run.streamer.pod_names == [master])
+    cluster.logs.start_container("default", master, C)
+    cluster.logs.write("default", master, C, "started\n")
+    set_state(cluster, master, "Running", "running")
+    assert await run.wait_for(1) == ["[master-0] started"]
+    await run.stop()
+    assert all(r.status != 400 for r in log_requests(cluster, master))  # waited for the start, no guessing
+
+
+async def test_a_pod_that_finished_before_streaming_is_read_once_in_full(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "a\nb\nc\n")
+    cluster.logs.close_container("default", master, C)
+    set_state(cluster, master, "Failed", "terminated", exit_code=3)
+    run = Streaming(hook)
+    await run.wait_for(3)
+    await until(lambda: run.streamer._pods[master].task.done())
+    assert await run.stop() == ["[master-0] a", "[master-0] b", "[master-0] c"]
+    reads = log_requests(cluster, master)
+    assert len(reads) == 2 and "follow" not in reads[0].query  # one read, and stop()'s final catch-up
+
+
+async def test_resumes_after_a_dropped_connection_without_loss_or_duplicates(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    run = Streaming(hook)
+    cluster.logs.write("default", master, C, "a\nb\nc\n")  # one write: three lines with one timestamp
+    await run.wait_for(3)
+    await cluster.restart()  # drops every connection, the log stream included
+    cluster.logs.write("default", master, C, "d\ne\n")
+    await run.wait_for(5)
+    assert await run.stop() == [f"[master-0] {x}" for x in "abcde"]
+    follows = [r for r in log_requests(cluster, master) if r.query.get("follow") == "true"]
+    assert len(follows) >= 2 and "sinceTime" in follows[-1].query
+
+
+async def test_container_restart_is_followed_without_loss(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    run = Streaming(hook)
+    cluster.logs.write("default", master, C, "first run\n")
+    await run.wait_for(1)
+    cluster.logs.write("default", master, C, "crash!\n")
+    cluster.logs.close_container("default", master, C)
+    set_state(cluster, master, "Running", "terminated", exit_code=1)
+    cluster.logs.start_container("default", master, C)
+    set_state(cluster, master, "Running", "running", restarts=1)
+    cluster.logs.write("default", master, C, "second run\n")
+    await run.wait_for(3)
+    cluster.logs.close_container("default", master, C)
+    set_state(cluster, master, "Succeeded", "terminated", restarts=1)
+    assert await run.stop() == ["[master-0] first run", "[master-0] crash!", "[master-0] second run"]
+
+
+async def test_restart_while_disconnected_reads_the_previous_instance_first(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    run = Streaming(hook)
+    cluster.logs.write("default", master, C, "one\n")
+    await run.wait_for(1)
+    await cluster.restart()
+    # While the client reconnects: the old instance writes more, dies, and a new one starts.
+    cluster.logs.write("default", master, C, "two\n")
+    cluster.logs.start_container("default", master, C)
+    set_state(cluster, master, "Running", "running", restarts=1)
+    cluster.logs.write("default", master, C, "three\n")
+    await run.wait_for(3)
+    assert await run.stop() == ["[master-0] one", "[master-0] two", "[master-0] three"]
+    assert any(r.query.get("previous") == "true" for r in log_requests(cluster, master))
+
+
+async def test_tail_keeps_the_last_lines_per_pod(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "\n".join(f"line {i}" for i in range(10)))
+    run = Streaming(hook, tail_lines=3)
+    await run.wait_for(10)
+    await run.stop()
+    assert run.streamer.tail(master) == ["line 7", "line 8", "line 9"]
+    assert run.streamer.tail("unknown-pod") == []
+
+
+async def test_stop_flushes_what_was_written_last(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    run = Streaming(hook)
+    cluster.logs.write("default", master, C, "early\n")
+    await run.wait_for(1)
+    cluster.logs.write("default", master, C, "late 1\nlate 2\n")
+    assert await run.stop() == ["[master-0] early", "[master-0] late 1", "[master-0] late 2"]
+
+
+async def test_cancelling_run_stops_everything(env):
+    cluster, hook = env
+    add_pod(cluster, "Master", 0)
+    run = Streaming(hook)
+    await until(lambda: bool(run.streamer.pod_names))
+    run.task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run.task
+    assert all(pod.task.done() for pod in run.streamer._pods.values())
+
+
+def test_timestamps_parse_to_nanoseconds():
+    assert stamp_key("2026-01-01T00:00:01.5Z") - stamp_key("2026-01-01T00:00:01.000000001Z") == 499_999_999
+    assert stamp_key("2026-01-01T00:00:01Z") == stamp_key("2026-01-01T01:00:01+01:00")
+    assert split_stamp("2026-01-01T00:00:01.123456789Z hello world") == (
+        stamp_key("2026-01-01T00:00:01.123456789Z"),
+        "hello world",
+    )
+    assert split_stamp("no stamp here") == (None, "no stamp here")
+
+
+def test_cursor_skips_lines_already_emitted_even_with_equal_timestamps():
+    cursor = LogCursor()
+    first = cursor.session()
+    assert [first(k) for k in (10, 20, 20)] == [True, True, True]
+    again = cursor.session()  # a re-read from the same second returns the same three lines, then new ones
+    assert [again(k) for k in (10, 20, 20, 20, 30)] == [False, False, False, True, True]
+    assert (cursor.key, cursor.count) == (30, 1)
