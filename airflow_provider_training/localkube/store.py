@@ -71,10 +71,64 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         raise ApiError.expired(EXPIRED_CONTINUE_MSG) from exc
 
 
-_StoreKey = tuple[str, str, str, str, str]  # group, version, plural, namespace, name
+_Name = tuple[str, str]  # namespace ("" for cluster-scoped), name
 Items = list[dict]
-_Owned = list[tuple[ResourceType, dict]]
 _Events = list[WatchEvent]
+
+
+def _gvp(rt: ResourceType) -> tuple[str, str, str]:
+    return rt.group, rt.version, rt.plural
+
+
+def _owner_uids(obj: dict) -> set[str]:
+    return {ref["uid"] for ref in obj["metadata"].get("ownerReferences") or [] if ref.get("uid")}
+
+
+class _Index:
+    """Objects by type and name, plus by uid and by owner uid for the garbage collector."""
+
+    def __init__(self) -> None:
+        self.by_type: dict[tuple[str, str, str], dict[_Name, dict]] = {}
+        self._by_uid: dict[str, tuple[ResourceType, _Name]] = {}
+        self._children: dict[str, dict[tuple[tuple[str, str, str], _Name], ResourceType]] = {}
+
+    @staticmethod
+    def name_of(rt: ResourceType, obj: dict) -> _Name:
+        return (obj["metadata"].get("namespace", "") if rt.namespaced else ""), obj["metadata"]["name"]
+
+    def get(self, rt: ResourceType, name: _Name) -> dict | None:
+        return self.by_type.get(_gvp(rt), {}).get(name)
+
+    def put(self, rt: ResourceType, obj: dict) -> None:
+        name = self.name_of(rt, obj)
+        if (old := self.get(rt, name)) is not None:
+            self._unindex(rt, old)
+        self.by_type.setdefault(_gvp(rt), {})[name] = obj
+        self._by_uid[obj["metadata"]["uid"]] = (rt, name)
+        for owner in _owner_uids(obj):
+            self._children.setdefault(owner, {})[(_gvp(rt), name)] = rt
+
+    def pop(self, rt: ResourceType, obj: dict) -> dict:
+        previous = self.by_type[_gvp(rt)].pop(self.name_of(rt, obj))
+        self._unindex(rt, previous)
+        return previous
+
+    def _unindex(self, rt: ResourceType, obj: dict) -> None:
+        self._by_uid.pop(obj["metadata"]["uid"], None)
+        for owner in _owner_uids(obj):
+            children = self._children.get(owner, {})
+            children.pop((_gvp(rt), self.name_of(rt, obj)), None)
+            if not children:
+                self._children.pop(owner, None)
+
+    def find_uid(self, uid: str | None) -> tuple[ResourceType, dict] | None:
+        found = self._by_uid.get(uid or "")
+        return (found[0], self.by_type[_gvp(found[0])][found[1]]) if found else None
+
+    def dependents(self, uid: str) -> list[tuple[ResourceType, dict]]:
+        return [
+            (rt, self.by_type[gvp][name]) for (gvp, name), rt in list(self._children.get(uid, {}).items())
+        ]
 
 
 class Store:
@@ -89,7 +143,7 @@ class Store:
     ) -> None:
         self._lock = threading.RLock()
         self._types: dict[tuple[str, str, str], ResourceType] = {}
-        self._objects: dict[_StoreKey, dict] = {}
+        self._objects = _Index()
         self._rv = 0
         self._history: deque[WatchEvent] = deque()
         self.history_size = history_size
@@ -175,19 +229,15 @@ class Store:
             raise ApiError.bad_request(str(exc)) from exc
 
     def _iter(self, rt: ResourceType, namespace: str | None) -> Iterator[tuple[tuple[str, str], dict]]:
-        for (group, version, plural, ns, name), obj in self._objects.items():
-            if (group, version, plural) == (rt.group, rt.version, rt.plural) and namespace in (None, ns):
-                yield (ns, name), obj
+        for name, obj in self._objects.by_type.get(_gvp(rt), {}).items():
+            if namespace in (None, name[0]):
+                yield name, obj
 
     def _raw(self, rt: ResourceType, namespace: str, name: str) -> dict:
-        obj = self._objects.get(self._key(rt, namespace, name))
+        obj = self._objects.get(rt, (namespace if rt.namespaced else "", name))
         if obj is None:
             raise ApiError.not_found(rt, name)
         return obj
-
-    @staticmethod
-    def _key(rt: ResourceType, namespace: str, name: str) -> _StoreKey:
-        return rt.group, rt.version, rt.plural, namespace if rt.namespaced else "", name
 
     # -- writes --------------------------------------------------------------------------------------------
     def create(self, rt: ResourceType, namespace: str, obj: dict) -> dict:
@@ -213,8 +263,7 @@ class Store:
                 if not rt.builtin:
                     obj.pop("status")
             obj = self._validate(rt, obj)
-            key = self._key(rt, namespace, obj["metadata"]["name"])
-            if key in self._objects:
+            if self._objects.get(rt, _Index.name_of(rt, obj)) is not None:
                 name = obj["metadata"]["name"]
                 raise ApiError(
                     409,
@@ -223,7 +272,7 @@ class Store:
                     {"name": name, "group": rt.group, "kind": rt.plural},
                 )
             obj["metadata"]["resourceVersion"] = self._next_rv()
-            self._objects[key] = obj
+            self._objects.put(rt, obj)
             self._publish("ADDED", rt, obj)
             return copy.deepcopy(obj)
 
@@ -257,10 +306,8 @@ class Store:
             raise ApiError(415, "UnsupportedMediaType", UNSUPPORTED_PATCH_MSG)
         patch = parse_patch_body(body, media)
         with self._lock:
-            if (
-                media == "application/apply-patch+yaml"
-                and self._key(rt, namespace, name) not in self._objects
-            ):
+            missing = self._objects.get(rt, (namespace if rt.namespaced else "", name)) is None
+            if media == "application/apply-patch+yaml" and missing:
                 return self.create(rt, namespace, merge_patch({"metadata": {"name": name}}, patch))
             current = self._raw(rt, namespace, name)
             patched = apply_patch(current, patch, media)
@@ -324,7 +371,7 @@ class Store:
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return self._remove(rt, new)
         meta["resourceVersion"] = self._next_rv()
-        self._objects[self._key(rt, meta.get("namespace", ""), meta["name"])] = new
+        self._objects.put(rt, new)
         self._publish("MODIFIED", rt, new, current)
         return copy.deepcopy(new)
 
@@ -357,7 +404,7 @@ class Store:
     def _delete(self, rt: ResourceType, obj: dict, policy: str) -> dict:
         uid = obj["metadata"]["uid"]
         if policy == "Orphan":
-            for dep_rt, dep in self._dependents(uid):
+            for dep_rt, dep in self._objects.dependents(uid):
                 refs = [ref for ref in dep["metadata"]["ownerReferences"] if ref.get("uid") != uid]
                 self._commit(
                     dep_rt,
@@ -366,7 +413,11 @@ class Store:
                     validate=False,
                 )
         finalizers = list(obj["metadata"].get("finalizers") or [])
-        if policy == "Foreground" and self._dependents(uid) and "foregroundDeletion" not in finalizers:
+        if (
+            policy == "Foreground"
+            and self._objects.dependents(uid)
+            and "foregroundDeletion" not in finalizers
+        ):
             finalizers.append("foregroundDeletion")
         if not finalizers:
             return self._remove(rt, obj)
@@ -383,37 +434,36 @@ class Store:
             )
             obj = self._commit(rt, obj, marked, validate=False)
         if policy == "Foreground":
-            for dep_rt, dep in self._dependents(uid):
+            for dep_rt, dep in self._objects.dependents(uid):
                 self._delete(dep_rt, dep, "Foreground")
         return obj
 
     def _remove(self, rt: ResourceType, obj: dict) -> dict:
         meta = obj["metadata"]
-        key = self._key(rt, meta.get("namespace", ""), meta["name"])
-        previous = self._objects.pop(key)
+        previous = self._objects.pop(rt, obj)
         gone = copy.deepcopy(obj)
         gone["metadata"]["resourceVersion"] = self._next_rv()
         self._publish("DELETED", rt, gone, previous)
         uid = meta["uid"]
-        for dep_rt, dep in self._dependents(uid):  # background garbage collection
+        for dep_rt, dep in self._objects.dependents(uid):  # background garbage collection
             refs = [ref for ref in dep["metadata"]["ownerReferences"] if ref.get("uid") != uid]
-            if any(self._find_uid(ref.get("uid")) for ref in refs):
+            if any(self._objects.find_uid(ref.get("uid")) for ref in refs):
                 self._commit(
                     dep_rt, dep, merge_patch(dep, {"metadata": {"ownerReferences": refs}}), validate=False
                 )
-            elif self._objects.get(self._obj_key(dep_rt, dep)) is dep:
+            elif self._objects.get(dep_rt, _Index.name_of(dep_rt, dep)) is dep:
                 self._delete(dep_rt, dep, "Background")
         for ref in meta.get("ownerReferences") or []:
             self._finish_foreground(ref.get("uid"))
         return gone
 
     def _finish_foreground(self, owner_uid: str | None) -> None:
-        found = self._find_uid(owner_uid)
+        found = self._objects.find_uid(owner_uid)
         if not found:
             return
         owner_rt, owner = found
         finalizers = owner["metadata"].get("finalizers") or []
-        if "foregroundDeletion" in finalizers and not self._dependents(owner["metadata"]["uid"]):
+        if "foregroundDeletion" in finalizers and not self._objects.dependents(owner["metadata"]["uid"]):
             rest = [f for f in finalizers if f != "foregroundDeletion"]
             self._commit(
                 owner_rt,
@@ -421,23 +471,6 @@ class Store:
                 merge_patch(owner, {"metadata": {"finalizers": rest or None}}),
                 validate=False,
             )
-
-    def _obj_key(self, rt: ResourceType, obj: dict) -> _StoreKey:
-        return self._key(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-
-    def _all(self) -> Iterator[tuple[ResourceType, dict]]:
-        for (group, version, plural, _ns, _name), obj in list(self._objects.items()):
-            yield self._types[(group, version, plural)], obj
-
-    def _dependents(self, uid: str) -> _Owned:
-        return [
-            (rt, obj)
-            for rt, obj in self._all()
-            if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
-        ]
-
-    def _find_uid(self, uid: str | None) -> tuple[ResourceType, dict] | None:
-        return next(((rt, obj) for rt, obj in self._all() if obj["metadata"]["uid"] == uid), None)
 
     # -- watch ---------------------------------------------------------------------------------------------
     def _next_rv(self) -> str:
