@@ -63,7 +63,7 @@ class TaskIdentity:
             DAG_ID: label_value(self.dag_id),
             TASK_ID: label_value(self.task_id),
             RUN_ID: label_value(self.run_id),
-            MAP_INDEX: str(self.map_index),
+            MAP_INDEX: str(self.map_index) if self.map_index >= 0 else "none",
             MANAGED_BY: "airflow",
         }
 
@@ -104,14 +104,13 @@ def default_job_name(identity: TaskIdentity, replica_types: Iterable[str]) -> st
     return f"{readable}-{identity.digest()[:HASH_LEN]}"
 
 
-def name_problem(name: str, replica_types: Iterable[str]) -> str | None:
-    """Why ``name`` cannot name a job of this kind, or ``None`` when it can."""
+def name_problem(name: str, limit: int) -> str | None:
+    """Why ``name`` cannot name a job whose names may be ``limit`` long, or ``None`` when it can."""
     if not _DNS1035.match(name):
         return (
             f"{name!r} is not a DNS-1035 label: lower-case letters, digits and '-', "
             "starting with a letter and ending with a letter or digit"
         )
-    limit = max_name_length(replica_types)
     if len(name) > limit:
         return f"{name!r} is {len(name)} characters; at most {limit} keep replica pod names within 63"
     return None

@@ -68,9 +68,9 @@ def failure_message(event: Event) -> str:
     )
     lines = [f"{job_label(job)} {outcome}: {event.get('message') or ''}".rstrip(": ")]
     if status:
-        state = f"state {status.get('state')}"
-        if status.get("reason") or status.get("message"):
-            state += f", reason {status.get('reason') or '-'}: {status.get('message') or ''}".rstrip(": ")
+        state = f"state {status.get('state')}" + (f", reason {status['reason']}" if status.get("reason") else "")
+        if status.get("message") and status["message"] != event.get("message"):
+            state += f": {status['message']}"
         lines.append(f"Job status: {state}")
     tails = event.get("log_tail") or {}
     failures = event.get("replica_failures") or []

@@ -68,14 +68,14 @@ class JobSubmitter:
         The namespace stays unset when neither the argument nor the manifest names one (the hook decides).
         """
         from airflow_provider_training.kinds.registry import get_kind
-        from airflow_provider_training.specs import load_job
-        from airflow_provider_training.specs.errors import SpecError
+        from airflow_provider_training.specs import SpecError, parse_job
 
-        manifest = load_job(job, kind=get_kind(kind, api_version) if kind else None)
+        model = parse_job(job, kind=get_kind(kind, api_version) if kind else None)
+        manifest = model.manifest()
         job_kind = get_kind(manifest["kind"], manifest.get("apiVersion"))
         meta = manifest.get("metadata") or {}
         name = job_name or meta.get("name") or naming.default_job_name(identity, job_kind.replica_types)
-        problem = naming.name_problem(name, job_kind.replica_types)
+        problem = naming.name_problem(name, model.name_limit())
         if problem:
             raise SpecError([("metadata.name", problem)], kind=job_kind.kind)
         body = naming.stamp(

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
-LOG_SETTLE_SECONDS = 1.0
+LOG_FLUSH_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -132,11 +132,14 @@ class JobWaiter:
                         )
                 tasks = [asyncio.create_task(_pump(tag, sub, queue)) for tag, sub in subs]
                 if self.opts.get_logs:
-                    tasks.append(asyncio.create_task(self._stream_logs()))
+                    self._streamer = self._log_streamer()
+                    tasks.append(asyncio.create_task(self._streamer.run()))
                 try:
                     while True:
                         await self._step(queue)
                 except _Finished as done:
+                    if self._streamer is not None:
+                        await self._streamer.stop(timeout=LOG_FLUSH_SECONDS)  # emit what is left first
                     return await self._event(done)
         except Exception as exc:  # an event, never a crashed trigger
             self.log.exception("Waiting for %s failed", self.label)
@@ -174,8 +177,8 @@ class JobWaiter:
         if event.type == "DELETED" or (self.uid and _uid(obj) and _uid(obj) != self.uid):
             if self.job is None and self.opts.allow_missing:
                 return
-            gone = "was deleted" if self.job is not None else "does not exist"
-            raise _Finished("deleted", f"{self.label} {gone} while waiting", self.status)
+            gone = "was deleted while waiting" if self.job is not None else "does not exist (any more)"
+            raise _Finished("deleted", f"{self.label} {gone}", self.status)
         if event.type == "ERROR":
             raise _Finished("error", f"watch error: {obj.get('message', obj)}", self.status)
         first = self.job is None
@@ -272,10 +275,10 @@ class JobWaiter:
             detail = f"; stuck replicas: {', '.join(stuck)}" if stuck else ""
             raise _Finished("timeout", f"no replica pod started within {timeout:g}s{detail}", self.status)
 
-    async def _stream_logs(self) -> None:
+    def _log_streamer(self) -> Any:
         from airflow_provider_training.logs import ReplicaLogStreamer
 
-        self._streamer = ReplicaLogStreamer(
+        return ReplicaLogStreamer(
             self.hook,
             self.kind,
             self.namespace,
@@ -283,7 +286,6 @@ class JobWaiter:
             replicas=self.opts.log_replicas,
             emit=self.log.info,
         )
-        await self._streamer.run()
 
     async def _event(self, done: _Finished) -> dict[str, Any]:
         status = done.job_status or self.status
