@@ -248,9 +248,8 @@ class Kubelet:
     async def pull(self, inst: PodInstance, container: dict, attempt: int) -> None:
         """Image pull events: a pull the first time (or always with `imagePullPolicy: Always`)."""
         image = container.get("image", "")
-        policy = container.get("imagePullPolicy") or (
-            "Always" if image.endswith(":latest") or ":" not in image else "IfNotPresent"
-        )
+        tag = image.rsplit("/", 1)[-1].partition("@")[0].partition(":")[2]
+        policy = container.get("imagePullPolicy") or ("Always" if tag in ("", "latest") else "IfNotPresent")
         if policy != "Always" and image in self.pulled:
             self.event(inst, "Normal", "Pulled", f'Container image "{image}" already present on machine')
             return
