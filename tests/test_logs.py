@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -239,3 +240,31 @@ def test_cursor_skips_lines_already_emitted_even_with_equal_timestamps():
     again = cursor.session()  # a re-read from the same second returns the same three lines, then new ones
     assert [again(k) for k in (10, 20, 20, 20, 30)] == [False, False, False, True, True]
     assert (cursor.key, cursor.count) == (30, 1)
+
+
+async def test_scripted_pytorchjob_with_a_crashing_worker(tmp_path, monkeypatch):
+    """The real controller and scripted pod runtime: the worker crashes once and restarts in place."""
+    worker_attempts = [{"exit_code": 1, "logs": ["w crashed"]}, {"logs": ["w working", "w done"]}]
+    script = {
+        "default": {"duration": 0.05},
+        "Master": {"logs": ["m working", "m done"]},
+        "Worker-0": {"attempts": worker_attempts},
+    }
+    template = {"spec": {"containers": [{"name": C, "image": "busybox"}]}}
+    replica = {"replicas": 1, "restartPolicy": "OnFailure", "template": template}
+    job = {
+        "metadata": {"name": "job", "annotations": {"localkube.dev/script": json.dumps(script)}},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": replica}},
+    }
+    options = {"runtime": "scripted", "controllers": None}
+    async with cluster_and_hook(tmp_path, monkeypatch, **options) as (cluster, hook):
+        await hook.create_job(PYTORCH, job, "default")
+        run = Streaming(hook, replicas="all")
+        await until(lambda: {"[master-0] m done", "[worker-0] w done"} <= set(run.lines))
+        lines = await run.stop()
+        worker = cluster.store.get(rtype(cluster, PODS), "default", "job-worker-0")
+    assert worker["status"]["containerStatuses"][0]["restartCount"] == 1
+    master_lines = [line for line in lines if line.startswith("[master-0]")]
+    assert master_lines == ["[master-0] m working", "[master-0] m done"]
+    worker_lines = [line for line in lines if line.startswith("[worker-0]")]
+    assert worker_lines == ["[worker-0] w crashed", "[worker-0] w working", "[worker-0] w done"]

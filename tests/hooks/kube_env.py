@@ -23,8 +23,10 @@ FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
 
 @contextlib.asynccontextmanager
 async def local_cluster(tmp_path: Path, **options: Any) -> AsyncIterator[LocalKube]:
-    """localkube in the running loop, without controllers or pod runtime: the test writes the state."""
-    async with LocalKube(runtime=None, controllers=[], **options) as cluster:
+    """localkube in the running loop; unless ``options`` say otherwise without controllers or pod runtime, so
+    the test writes the state."""
+    options = {"runtime": None, "controllers": [], **options}
+    async with LocalKube(**options) as cluster:
         cluster.write_kubeconfig(tmp_path / "kubeconfig")
         yield cluster
 
