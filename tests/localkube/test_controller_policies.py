@@ -38,8 +38,8 @@ def test_exit_code_retryable_restarts_then_succeeds(kc: KubeClient) -> None:
     assert not is_true(restarting[0], "Running")  # Running and Restarting exclude each other
     assert [c[0] for c in conditions(seen[-1])] == ["Created", "Running", "Succeeded"]
     assert "SuccessfulDeletePod" in kc.reasons("xgboost-dist-iris-test-train")
-    worker = kc.core.read_namespaced_pod("xgboost-dist-iris-test-train-worker-1", "default")
-    assert worker.status.container_statuses[0].state.terminated.exit_code == 0  # the recreated pod
+    worker = kc.wait_pod("xgboost-dist-iris-test-train-worker-1", lambda p: p.status.phase == "Succeeded")
+    assert worker.status.container_statuses[0].restart_count == 0  # a new pod, not an in-place restart
 
 
 def test_exit_code_permanent_fails_at_once(kc: KubeClient) -> None:
@@ -75,7 +75,7 @@ def test_on_failure_restarts_in_place(kc: KubeClient) -> None:
     script = {"Worker": {"logs": ["attempt {attempt}"], "attempts": [{"exit_code": 1}, {"exit_code": 0}]}}
     kc.create(pytorch("inplace", {**script, "Master": {"duration": 1.0}}))
     kc.wait_condition("PyTorchJob", "inplace", "Succeeded")
-    pod = kc.core.read_namespaced_pod("inplace-worker-0", "default")
+    pod = kc.wait_pod("inplace-worker-0", lambda p: p.status.phase == "Succeeded")
     status = pod.status.container_statuses[0]
     assert status.restart_count == 1
     assert status.last_state.terminated.exit_code == 1
