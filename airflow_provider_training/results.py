@@ -68,7 +68,9 @@ def failure_message(event: Event) -> str:
     )
     lines = [f"{job_label(job)} {outcome}: {event.get('message') or ''}".rstrip(": ")]
     if status:
-        state = f"state {status.get('state')}" + (f", reason {status['reason']}" if status.get("reason") else "")
+        state = f"state {status.get('state')}"
+        if status.get("reason"):
+            state += f", reason {status['reason']}"
         if status.get("message") and status["message"] != event.get("message"):
             state += f": {status['message']}"
         lines.append(f"Job status: {state}")

@@ -130,7 +130,7 @@ def make_context(
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
-    """One localkube (controllers + scripted runtime) per test module, the default connection pointing at it."""
+    """One localkube (controllers, scripted runtime) per test module; the default connection points at it."""
     kube = LocalKube(runtime="scripted")
     with kube, pytest.MonkeyPatch.context() as mp:
         path: Path = kube.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
