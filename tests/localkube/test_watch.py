@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from airflow_provider_training.localkube.cluster import LocalKube
+from airflow_provider_training.localkube.resources import PODS
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
 
@@ -196,3 +198,32 @@ async def test_async_client_watch(kube: LocalKube, kubeconfig: Path) -> None:
         assert events[0][0] == "MODIFIED" and events[-1][0] == "BOOKMARK"
         got = await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "a")
         assert got["spec"] == {"x": 1}
+
+
+def test_concurrent_writers_reach_a_watcher_once_and_in_order(
+    kube: LocalKube, custom: client.CustomObjectsApi
+) -> None:
+    create(custom, "first")  # a version to watch from ("0" would list the current pods by name instead)
+    start = kube.store.resource_version
+
+    def writer(prefix: str) -> None:
+        for i in range(20):
+            kube.store.create(
+                PODS, "default", {"metadata": {"name": f"{prefix}-{i}"}, "spec": {"containers": []}}
+            )
+
+    threads = [threading.Thread(target=writer, args=(p,)) for p in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    core = client.CoreV1Api(custom.api_client)
+    kube.faults.end_watch_after(0.3, resource="pods")
+    events = list(
+        watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=start, timeout_seconds=30)
+    )
+    pods = [e["object"] for e in events]
+    assert all(isinstance(p, client.V1Pod) for p in pods)  # typed deserialization works on our objects
+    assert sorted(p.metadata.name for p in pods) == sorted(f"{x}-{i}" for x in "ab" for i in range(20))
+    versions = [int(p.metadata.resource_version) for p in pods]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
