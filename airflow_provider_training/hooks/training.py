@@ -123,8 +123,12 @@ class AsyncTrainingJobHook:
         if self._transport is None:
             async with self._init_lock:
                 if self._transport is None:
-                    configuration = await build_configuration(await self.get_settings())
-                    self._transport = KubeTransport(configuration, request_timeout=self.request_timeout)
+                    settings = await self.get_settings()
+                    self._transport = KubeTransport(
+                        await build_configuration(settings),
+                        request_timeout=self.request_timeout,
+                        reload_credentials=lambda: build_configuration(settings),
+                    )
         return self._transport
 
     @property

@@ -8,7 +8,7 @@ dicts), and the kubernetes 36.x pod-log quirks. Retries are the caller's busines
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -45,15 +45,34 @@ def object_path(
 class KubeTransport:
     """One ``ApiClient`` (one aiohttp session and connection pool), reused for every request."""
 
-    def __init__(self, configuration: Configuration, *, request_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        configuration: Configuration,
+        *,
+        request_timeout: float = 60.0,
+        reload_credentials: Callable[[], Awaitable[Configuration]] | None = None,
+    ) -> None:
         self._client = ApiClient(configuration)
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=min(30.0, request_timeout))
+        # Short-lived credentials (exec plugins: EKS, GKE) expire; on a 401 they are loaded again, once.
+        self._reload_credentials = reload_credentials
         self.requests = 0
 
     async def close(self) -> None:
         await self._client.close()
 
-    async def _send(
+    async def _send(self, *args: Any) -> aiohttp.ClientResponse:
+        resp = await self._send_once(*args)
+        if resp.status == 401 and self._reload_credentials is not None:
+            resp.release()
+            fresh = await self._reload_credentials()
+            configuration = self._client.configuration
+            configuration.api_key = dict(fresh.api_key)
+            configuration.api_key_prefix = dict(fresh.api_key_prefix)
+            resp = await self._send_once(*args)
+        return resp
+
+    async def _send_once(
         self,
         method: str,
         path: str,

@@ -265,3 +265,36 @@ async def test_follow_log_streams_lines_until_the_container_ends(kube, hook):
     await asyncio.wait_for(follow(), 10)
     assert lines == ["one", "two ✓", "three"]
     assert requests_to(kube, "pods")[-1].query.get("follow") == "true"
+
+
+EXEC_PLUGIN = """
+import json, pathlib, sys
+calls = pathlib.Path(sys.argv[1])
+count = int(calls.read_text()) if calls.exists() else 0
+calls.write_text(str(count + 1))
+token = "expired" if count == 0 else sys.argv[2]
+print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+                  "status": {"token": token}}))
+"""
+
+
+async def test_expired_exec_credentials_are_loaded_again_on_401(kube, tmp_path, monkeypatch):
+    """A kubeconfig whose exec plugin (as EKS/GKE use) first hands out a token that has expired."""
+    import sys
+
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(EXEC_PLUGIN)
+    calls = tmp_path / "calls"
+    config = kubeconfig_dict(kube.url, "unused")
+    exec_spec = {"apiVersion": "client.authentication.k8s.io/v1beta1", "interactiveMode": "Never"}
+    exec_spec.update(command=sys.executable, args=[str(plugin), str(calls), kube.token])
+    config["users"][0]["user"] = {"exec": exec_spec}
+    conn = {"conn_type": "kubernetes", "extra": {"kube_config": config}}
+    monkeypatch.setenv("AIRFLOW_CONN_EXEC", json.dumps(conn))
+    exec_hook = AsyncTrainingJobHook("exec", retry=FAST_RETRY)
+    try:
+        assert await exec_hook.get_job(PYTORCH, "absent", "default") is None
+    finally:
+        await exec_hook.close()
+    assert [r.status for r in requests_to(kube, "pytorchjobs")] == [401, 404]
+    assert calls.read_text() == "2"
