@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from airflow_provider_training.localkube.runtime import register_script, unregister_script
@@ -197,6 +197,54 @@ def test_registered_script_and_live_log_follow(kc: KubeClient) -> None:
         assert conditions(final)[-1] == ("Failed", "True", "PyTorchJobFailed")
     finally:
         unregister_script("registered")
+
+
+def test_script_found_up_the_owner_chain(kc: KubeClient) -> None:
+    """pod -> ReplicaSet -> job: the nearest annotated controller scripts the pod (other API families)."""
+    owner = kc.create(
+        job(
+            "JAXJob",
+            "chain",
+            {"Worker": replica("jax")},
+            script={"default": {"exit_code": 4}},
+            runPolicy={"suspend": True},
+        )
+    )
+    replica_set = {
+        "metadata": {"name": "chain-rs", "ownerReferences": [_ref(owner)]},
+        "spec": {
+            "selector": {"matchLabels": {"app": "chain"}},
+            "template": {"metadata": {"labels": {"app": "chain"}}},
+        },
+    }
+    response = client.AppsV1Api(kc.api).create_namespaced_replica_set(
+        "default", replica_set, _preload_content=False
+    )
+    rs_uid = json.loads(response.data)["metadata"]["uid"]
+    pod = bare_pod("chain-rs-x1")
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "chain-rs",
+            "uid": rs_uid,
+            "controller": True,
+        }
+    ]
+    kc.core.create_namespaced_pod("default", pod)
+    failed = kc.wait_pod("chain-rs-x1", lambda p: p.status.phase == "Failed")
+    assert failed.status.container_statuses[0].state.terminated.exit_code == 4
+
+
+def _ref(obj: dict) -> dict:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
 
 
 # -- the script format (no cluster) -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from airflow_provider_training.localkube.runtime.script import (
 )
 from airflow_provider_training.localkube.store import ApiError
 
+MAX_OWNER_DEPTH = 3
 UNSCHEDULABLE_MESSAGE = (
     "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: "
     "1 No preemption victims found for incoming pod."
@@ -65,7 +66,8 @@ class ScriptedRuntime(Kubelet):
 
     # -- the script of a pod -------------------------------------------------------------------------------
     def script_of(self, inst: PodInstance) -> dict | None:
-        """The pod's own annotation, else its controller's (the job's), else a registered script."""
+        """The pod's own annotation, else the nearest controller's up the owner chain (the job, also through a
+        ReplicaSet or batch Job), else a script registered for one of their names."""
         if inst.uid not in self.scripts:
             self.scripts[inst.uid] = self._find_script(inst)
         found = self.scripts[inst.uid]
@@ -75,8 +77,7 @@ class ScriptedRuntime(Kubelet):
 
     def _find_script(self, inst: PodInstance) -> dict | ScriptError | None:
         sources = [inst.pod]
-        owner = self._owner(inst.pod)
-        if owner is not None:
+        while len(sources) <= MAX_OWNER_DEPTH and (owner := self._owner(sources[-1])) is not None:
             sources.append(owner)
         try:
             for obj in sources:
@@ -88,13 +89,13 @@ class ScriptedRuntime(Kubelet):
         names = [obj["metadata"]["name"] for obj in reversed(sources)]
         return registered_script(inst.namespace, *names)
 
-    def _owner(self, pod: dict) -> dict | None:
-        ref = next((r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+    def _owner(self, obj: dict) -> dict | None:
+        ref = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
         if ref is None:
             return None
         rt = self._resource_type(ref.get("apiVersion", ""), ref.get("kind", ""))
         try:
-            return self.store.get(rt, pod["metadata"]["namespace"], ref["name"]) if rt else None
+            return self.store.get(rt, obj["metadata"]["namespace"], ref["name"]) if rt else None
         except ApiError:
             return None
 
