@@ -69,6 +69,7 @@ def test_a_bare_pod_runs_its_default_timeline(kc: KubeClient) -> None:
     final = seen[-1]
     assert final.status.container_statuses[0].state.terminated.exit_code == 0
     assert final.status.pod_ip == "127.0.0.1"
+    assert final.spec.node_name == "localkube"
     assert {c.type: c.status for c in final.status.conditions} == {
         "Initialized": "True",
         "Ready": "False",

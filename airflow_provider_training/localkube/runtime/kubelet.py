@@ -123,6 +123,14 @@ class Kubelet:
         try:
             await self.schedule(inst)
             inst.schedule()
+            self._check_current(inst)
+            self.store.patch(  # the scheduler's binding
+                PODS,
+                inst.namespace,
+                inst.name,
+                {"spec": {"nodeName": NODE_NAME}},
+                "application/merge-patch+json",
+            )
             self.event(
                 inst,
                 "Normal",
@@ -262,6 +270,10 @@ class Kubelet:
     # -- writes --------------------------------------------------------------------------------------------
     def publish(self, inst: PodInstance) -> None:
         """Write the pod's status, unless the pod is gone or is another pod of the same name now."""
+        self._check_current(inst)
+        self.store.update_status(PODS, inst.namespace, inst.name, inst.status())
+
+    def _check_current(self, inst: PodInstance) -> None:
         if not inst.alive:
             raise PodGone
         try:
@@ -273,7 +285,6 @@ class Kubelet:
         if current is None or current["metadata"]["uid"] != inst.uid:
             inst.alive = False
             raise PodGone
-        self.store.update_status(PODS, inst.namespace, inst.name, inst.status())
 
     def event(
         self, inst: PodInstance, type_: str, reason: str, message: str, *, component: str = "kubelet"
