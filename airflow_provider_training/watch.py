@@ -231,8 +231,9 @@ class _SharedWatch:
             return
         # A relist: report what the expired watch missed.
         for name, gone in list(self.objects.items()):
-            if name not in current:
-                self._apply(DELETED, gone)
+            if name not in current:  # its last known state, marked as deleted by the time of the list
+                metadata = {**gone.get("metadata", {}), "resourceVersion": self.resource_version}
+                self._apply(DELETED, {**gone, "metadata": metadata})
         for name, obj in current.items():
             before = self.objects.get(name)
             if before is None:

@@ -173,6 +173,24 @@ async def test_relists_after_410_and_reports_missed_changes(kube, hook):
     assert [r.status for r in lists(kube)] == [200, 200]
 
 
+async def test_object_confirmed_by_get_and_then_deleted_during_an_expired_watch(kube, hook):
+    hub = WatchHub()
+    async with hub.subscribe(hook, JOB, "default", name="other") as first:
+        await next_event(first)  # the watch has listed
+        create(kube, "fresh")  # not in the hub's cache yet: the subscriber's first event comes from a GET
+        async with hub.subscribe(hook, JOB, "default", name="fresh") as events:
+            assert (await next_event(events)).type == "ADDED"
+            await watch_open(kube)
+            kube.faults.expire_watch(1)
+            assert kube.faults.end_watches() == 1
+            kube.store.delete(rtype(kube, JOB), "default", "fresh")
+            gone = await next_event(events)
+            assert (gone.type, gone.name) == ("DELETED", "fresh")
+    assert hub.stats.relists == 1
+    gets = [r for r in requests_to(kube, "pytorchjobs") if r.path.endswith("/fresh")]
+    assert [r.status for r in gets] == [200]
+
+
 async def test_relist_after_a_real_410_from_expired_history(tmp_path, monkeypatch):
     async with cluster_and_hook(tmp_path, monkeypatch, history_size=3) as (cluster, hook):
         hub = WatchHub()
