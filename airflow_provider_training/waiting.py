@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
 LOG_FLUSH_SECONDS = 10.0
+FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class JobWaiter:
         self._last_seen: tuple[Any, ...] | None = None
         self._suspended_logged_at: datetime | None = None
         self._streamer: Any = None
+        self._began = datetime.now(UTC)
 
     @property
     def label(self) -> str:
@@ -167,8 +169,9 @@ class JobWaiter:
         self._check_time()
 
     def _tick(self) -> float:
+        """How long to wait for the next watch event; the first (the job as it is) gets a full interval."""
         tick = self.opts.poll_interval
-        if self.opts.deadline is not None:
+        if self.opts.deadline is not None and self.job is not None:
             tick = min(tick, max(0.0, (self.opts.deadline - datetime.now(UTC)).total_seconds()))
         return max(tick, 0.01)
 
@@ -253,7 +256,9 @@ class JobWaiter:
     def _check_time(self) -> None:
         now = datetime.now(UTC)
         state = self.status.state.value if self.status else "not found"
-        if self.opts.deadline is not None and now >= self.opts.deadline:
+        # Report the job as it is, unless even its first state does not arrive in time.
+        first_seen = self.job is not None or (now - self._began).total_seconds() >= FIRST_STATE_GRACE
+        if self.opts.deadline is not None and now >= self.opts.deadline and first_seen:
             note = (
                 " (the job is suspended)" if self.status and self.status.state == JobState.SUSPENDED else ""
             )

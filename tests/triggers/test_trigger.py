@@ -1,0 +1,129 @@
+"""TrainingJobTrigger directly: serialization, on_kill/cleanup, stuck replicas, deadlines, target states."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from airflow_provider_training.triggers.training import TrainingJobTrigger
+from tests.operators.harness import KIND_BY_NAME, NAMESPACE, job_or_none, manifest, resource, wait_for
+
+pytestmark = pytest.mark.timeout(30)
+PYTORCH = KIND_BY_NAME["PyTorchJob"]
+
+
+def create(cluster, name, script, case=PYTORCH, **options):
+    body = manifest(case, script, name=name, **options)
+    return cluster.store.create(resource(cluster, case), NAMESPACE, body)
+
+
+def trigger_for(name, **kwargs):
+    kwargs.setdefault("poll_interval", 0.1)
+    return TrainingJobTrigger(
+        kind="PyTorchJob", api_version="kubeflow.org/v1", job_name=name, namespace=NAMESPACE, **kwargs
+    )
+
+
+async def first(trigger):
+    agen = trigger.run()
+    try:
+        return dict((await anext(agen)).payload)
+    finally:
+        await agen.aclose()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"uid": "0b1c", "target_state": "Running", "get_logs": False, "log_replicas": ["Worker", "Master"]},
+        {"deadline": "2026-11-29T13:00:00+00:00", "startup_timeout": 30.0, "kubernetes_conn_id": None},
+        {"allow_missing": True, "status_grace_period": 5.0, "poll_interval": 1.5, "log_replicas": "all"},
+    ],
+)
+def test_serialize_round_trip(kwargs):
+    trigger = trigger_for("job-a", **kwargs)
+    classpath, serialized = trigger.serialize()
+    assert classpath == "airflow_provider_training.triggers.training.TrainingJobTrigger"
+    assert type(trigger)(**serialized).serialize() == (classpath, serialized)
+
+
+def test_target_state_is_checked():
+    with pytest.raises(ValueError, match="target_state"):
+        trigger_for("job-a", target_state="Failed")
+
+
+async def test_on_kill_deletes_the_job_and_cleanup_does_not(cluster):
+    create(cluster, "kill-me", {"default": {"duration": None}})
+    trigger = trigger_for("kill-me")
+
+    await trigger.cleanup()  # also runs on a triggerer restart: must leave the job alone
+    assert job_or_none(cluster, PYTORCH, "kill-me") is not None
+
+    await trigger.on_kill()
+    wait_for(lambda: job_or_none(cluster, PYTORCH, "kill-me") is None)
+    await trigger.on_kill()  # already gone: no error
+
+
+async def test_stuck_replicas_are_warned_once_with_their_events(cluster, capsys):
+    create(cluster, "stuck-pull", {"Master": {"pending": "ImagePullBackOff"}, "default": {"duration": None}})
+
+    event = await first(trigger_for("stuck-pull", deadline=_in(1.5)))
+
+    out = capsys.readouterr().out
+    assert event["status"] == "timeout"
+    assert (
+        out.count("Replica pod stuck-pull-master-0 of PyTorchJob default/stuck-pull is stuck: ImagePull") == 1
+    )
+    assert "Failed to pull image" in out  # the pod's Warning events come with the warning
+    assert any(e["reason"] == "Failed" for e in event["events"])
+    await trigger_for("stuck-pull").on_kill()
+
+
+async def test_unschedulable_replicas_are_named_in_the_timeout(cluster, capsys):
+    create(cluster, "stuck-sched", {"Worker": {"pending": "Unschedulable"}, "default": {"duration": None}})
+
+    event = await first(trigger_for("stuck-sched", startup_timeout=60.0, deadline=_in(1.5)))
+
+    assert event["status"] == "timeout"
+    assert "is stuck: Unschedulable" in capsys.readouterr().out
+    assert event["job_status"]["state"] == "Running"  # the master runs; the deadline ended the wait
+    await trigger_for("stuck-sched").on_kill()
+
+
+async def test_past_deadline_times_out_at_once(cluster):
+    create(cluster, "late", {"default": {"duration": None}})
+
+    event = await first(trigger_for("late", deadline=_in(-1)))
+
+    assert event["status"] == "timeout" and "deadline" in event["message"]
+    assert event["job"]["name"] == "late" and event["job"]["uid"]
+    await trigger_for("late").on_kill()
+
+
+async def test_target_running(cluster):
+    create(cluster, "run-target", {"default": {"duration": None}})
+
+    event = await first(trigger_for("run-target", target_state="Running"))
+
+    assert event["status"] == "success" and event["job_status"]["state"] == "Running"
+    await trigger_for("run-target").on_kill()
+
+
+async def test_missing_job_is_deleted_unless_allowed(cluster):
+    event = await first(trigger_for("never-created"))
+    assert event["status"] == "deleted" and "does not exist" in event["message"]
+
+
+async def test_a_replaced_job_counts_as_deleted(cluster):
+    create(cluster, "replaced", {"default": {"duration": 0.05}})
+
+    event = await first(trigger_for("replaced", uid="uid-of-an-earlier-object"))
+
+    assert event["status"] == "deleted"
+    await trigger_for("replaced").on_kill()
+
+
+def _in(seconds):
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
