@@ -213,8 +213,8 @@ def first_event(trigger: Any) -> dict[str, Any]:
 
 
 def run_operator(op: Any, context: dict[str, Any], mode: str) -> Any:
-    """Execute ``op`` as Airflow would in ``mode`` ("sync" or "deferrable"): in deferrable mode, execute ->
-    TaskDeferred -> the (serialized) trigger's first event -> the resume method."""
+    """Run ``op`` (operator or sensor) as Airflow would in ``mode`` ("sync" or "deferrable"): in deferrable
+    mode, execute -> TaskDeferred -> the (serialized) trigger's first event -> ``resume_execution``."""
     from airflow.sdk.exceptions import TaskDeferred
 
     op.deferrable = mode == "deferrable"
@@ -225,7 +225,7 @@ def run_operator(op: Any, context: dict[str, Any], mode: str) -> Any:
     except TaskDeferred as deferred:
         assert deferred.method_name == "execute_complete"
         event = first_event(deferred.trigger)
-        return getattr(op, deferred.method_name)(context, event=event, **(deferred.kwargs or {}))
+        return op.resume_execution(deferred.method_name, {**(deferred.kwargs or {}), "event": event}, context)
     raise AssertionError("a deferrable operator waiting on a live job must defer")
 
 

@@ -1,0 +1,89 @@
+"""TrainingJobSensor and the per-kind sensors against localkube, in poke and deferrable mode."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.exceptions import AirflowSkipException
+
+from airflow_provider_training import sensors
+from airflow_provider_training.results import TrainingJobSensorError
+from airflow_provider_training.sensors import TrainingJobSensor
+from tests.operators.harness import KINDS, MODES, NAMESPACE, make_context, manifest, resource, run_operator
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def create(cluster, case, name, script):
+    cluster.store.create(resource(cluster, case), NAMESPACE, manifest(case, script, name=name))
+
+
+def sensor_for(case, name, **kwargs):
+    cls = getattr(sensors, f"{case.kind}Sensor")
+    return cls(task_id="wait", job_name=name, poke_interval=0.1, timeout=20, **kwargs)
+
+
+def _mode_name(case, mode, what):
+    return f"{what}-{case.kind.lower()}-{mode[:4]}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", KINDS, ids=str)
+def test_waits_for_success(cluster, case, mode):
+    name = _mode_name(case, mode, "ok")
+    create(cluster, case, name, {"default": {"duration": 0.3}})
+
+    result = run_operator(sensor_for(case, name), make_context(), mode)
+
+    if mode == "deferrable":
+        assert result["state"] == "Succeeded" and result["name"] == name
+    else:
+        assert result is None  # poke mode pushes no result
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_failure_names_exit_code_and_log_line(cluster, mode):
+    case = KINDS[1]
+    name = f"sensor-fails-{mode[:4]}"
+    create(
+        cluster, case, name, {"default": {"duration": 0.05, "exit_code": 4, "logs": ["NaN loss at step 12"]}}
+    )
+
+    with pytest.raises(TrainingJobSensorError) as failure:
+        run_operator(sensor_for(case, name), make_context(), mode)
+
+    assert "exit code 4" in str(failure.value) and "NaN loss at step 12" in str(failure.value)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_soft_fail_skips(cluster, mode):
+    case = KINDS[1]
+    name = f"sensor-soft-{mode[:4]}"
+    create(cluster, case, name, {"default": {"duration": 0.05, "exit_code": 4}})
+
+    with pytest.raises(AirflowSkipException):
+        run_operator(sensor_for(case, name, soft_fail=True), make_context(), mode)
+
+
+def test_poke_reads_the_status_once_and_waits_for_a_missing_job(cluster):
+    case = KINDS[1]
+    sensor = TrainingJobSensor(task_id="wait", kind="PyTorchJob", job_name="sensor-later", poke_interval=0.1)
+    path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs/sensor-later"
+
+    before = len(cluster.requests)
+    assert sensor.poke(make_context()) is False  # not there yet
+    create(cluster, case, "sensor-later", {"default": {"duration": None}})
+    assert sensor.poke(make_context()) is False  # running, target Succeeded
+
+    reads = [r for r in cluster.requests[before:] if r.path == path]
+    assert [r.method for r in reads] == ["GET", "GET"]
+    assert len(cluster.requests) - before == 2  # one status read per poke, nothing else
+    running = TrainingJobSensor(
+        task_id="wait", kind="PyTorchJob", job_name="sensor-later", target_state="Running"
+    )
+    assert running.poke(make_context()) is True
+    cluster.store.delete(resource(cluster, case), NAMESPACE, "sensor-later")
+
+
+def test_generic_sensor_needs_a_kind():
+    with pytest.raises(ValueError, match="kind is required"):
+        TrainingJobSensor(task_id="wait", job_name="x")
