@@ -106,26 +106,41 @@ class KubeflowController(ReconcileLoop):
         if kind.mpi:
             problem = mpi.validate(spec)
             if problem:
-                rec = Reconciliation(self, kind, job, validate=False)
-                rec.record_once(
-                    "Warning", "MPIJobFailedValidation", f"MPIJob failed validation because {problem}"
-                )
+                message = f"MPIJob failed validation because {problem}"
+                self.record(kind, job, "Warning", "MPIJobFailedValidation", message, once=())
                 return None
         return Reconciliation(self, kind, job).run()
+
+    def record(
+        self,
+        kind: KubeflowKind,
+        job: dict,
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        once: tuple | None = None,
+    ) -> None:
+        """An event on the job; with `once`, only the first time per job (the operator repeats some on every
+        pass, e.g. ExitedWithCode, where a real recorder would only bump a count)."""
+        if once is not None:
+            seen = self.seen.setdefault(
+                (kind.kind, job["metadata"]["namespace"], job["metadata"]["name"]), set()
+            )
+            token = (reason, message, *once)
+            if token in seen:
+                return
+            seen.add(token)
+        record_event(self.store, job, type_, reason, message, kind.data.controller_name)
 
 
 class Reconciliation:
     """One pass over one job: reads its pods and services, writes pods, services and the job status."""
 
-    def __init__(
-        self, controller: KubeflowController, kind: KubeflowKind, job: dict, *, validate: bool = True
-    ):
+    def __init__(self, controller: KubeflowController, kind: KubeflowKind, job: dict):
         self.controller, self.kind, self.raw = controller, kind, job
         self.store: Store = controller.store
         self.rt = controller._types[kind.kind]
-        self.key: JobKey = (kind.kind, job["metadata"]["namespace"], job["metadata"]["name"])
-        if not validate:
-            return
         self.job = JobView(kind.data, job)
         self.status = cond.status_of(job)
         self.pods = self._owned(PODS)
@@ -142,15 +157,10 @@ class Reconciliation:
         ]
 
     def record(self, type_: str, reason: str, message: str) -> None:
-        record_event(self.store, self.raw, type_, reason, message, self.kind.data.controller_name)
+        self.controller.record(self.kind, self.raw, type_, reason, message)
 
     def record_once(self, type_: str, reason: str, message: str, *identity: str) -> None:
-        """Record an event the operator repeats on every pass only the first time (per job)."""
-        seen = self.controller.seen.setdefault(self.key, set())
-        token = (reason, message, *identity)
-        if token not in seen:
-            seen.add(token)
-            self.record(type_, reason, message)
+        self.controller.record(self.kind, self.raw, type_, reason, message, once=identity)
 
     def reason(self, what: str) -> str:
         return f"{self.kind.kind}{what}"
