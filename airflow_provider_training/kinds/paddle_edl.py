@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from airflow_provider_training.kinds.base import (
@@ -71,51 +72,32 @@ NO_TRAINER_CAUSES = (
 )
 
 
-def child_name(job_name: str, replica_type: str) -> str:
+def child_name(replica_type: str, job_name: str) -> str:
     """``<job>-trainer``, ``<job>-pserver``, ``<job>-master``."""
     return f"{job_name}{SUFFIXES[replica_type]}"
 
 
 def replica_selector(replica_type: str, job_name: str) -> str:
+    """The pods of one replica type (and, by the API server's defaulting, their Job or ReplicaSet)."""
     return label_selector({LABELS[replica_type]: job_name})
 
 
-def trainer_selector(job_name: str) -> str:
-    return replica_selector(TRAINER, job_name)
-
-
-def pserver_selector(job_name: str) -> str:
-    return replica_selector(PSERVER, job_name)
-
-
-def master_selector(job_name: str) -> str:
-    return replica_selector(MASTER, job_name)
-
-
-def trainer_job_name(job_name: str) -> str:
-    return child_name(job_name, TRAINER)
-
-
-def pserver_set_name(job_name: str) -> str:
-    return child_name(job_name, PSERVER)
-
-
-def master_set_name(job_name: str) -> str:
-    return child_name(job_name, MASTER)
+trainer_selector = partial(replica_selector, TRAINER)
+trainer_job_name = partial(child_name, TRAINER)
 
 
 def extra_pod_selectors(job_name: str) -> tuple[str, ...]:
     """The pserver and master pods, whose labels differ from the trainers'."""
-    return (pserver_selector(job_name), master_selector(job_name))
+    return (replica_selector(PSERVER, job_name), replica_selector(MASTER, job_name))
 
 
 CHILDREN: tuple[ChildResource, ...] = (
     ChildResource(BATCH_JOBS, trainer_selector, True, True, name=trainer_job_name),
-    ChildResource(REPLICASETS, pserver_selector, True, True, name=pserver_set_name),
-    ChildResource(REPLICASETS, master_selector, True, True, name=master_set_name),
-    ChildResource(PODS, trainer_selector, True, True),
-    ChildResource(PODS, pserver_selector, True, True),
-    ChildResource(PODS, master_selector, True, True),
+    *(
+        ChildResource(REPLICASETS, partial(replica_selector, t), True, True, name=partial(child_name, t))
+        for t in (PSERVER, MASTER)
+    ),
+    *(ChildResource(PODS, partial(replica_selector, t), True, True) for t in (TRAINER, PSERVER, MASTER)),
 )
 
 
@@ -184,12 +166,12 @@ def replica_counts(job: RawObject, children: ChildObjects) -> dict[str, ReplicaC
             succeeded=_int(observed.get("succeeded")),
             failed=_int(observed.get("failed")),
         )
-    pserver_set = _named(sets, pserver_set_name(name))
+    pserver_set = _named(sets, child_name(PSERVER, name))
     pserver_pods = _live_pods(pods, PSERVER, name)
     if pserver_set is not None or pserver_pods:
         desired = (spec.get("pserver") or {}).get("min-instance")
         counts[PSERVER] = _set_counts(pserver_set, pserver_pods, desired)
-    master_set = _named(sets, master_set_name(name))
+    master_set = _named(sets, child_name(MASTER, name))
     master_pods = _live_pods(pods, MASTER, name)
     if master_set is not None or master_pods:
         counts[MASTER] = _set_counts(master_set, master_pods, 1)
