@@ -93,6 +93,7 @@ class _Pod:
         self.prefix = prefix
         self.container = container
         self.pod = pod
+        self.uid = _uid(pod)
         self.deleted = False
         self.changed = asyncio.Event()
         self.cursor = LogCursor()
@@ -210,11 +211,13 @@ class ReplicaLogStreamer:
     def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
         known = self._pods.get(name)
-        if known is not None:
+        if known is not None and (type_ == DELETED or _uid(pod) == known.uid):
             known.update(None if type_ == DELETED else pod)
             return
         if type_ == DELETED:
             return
+        if known is not None:  # deleted and created again under the same name (operators recreate pods)
+            known.update(None)
         replica = self.kind.replica_of_pod(pod)
         if not self._wanted(replica.replica_type):
             return
@@ -222,6 +225,8 @@ class ReplicaLogStreamer:
         state = _Pod(
             name, f"[{label}] ", _container_name(pod, self.kind.default_container), pod, self.tail_lines
         )
+        if known is not None:
+            state.tail = known.tail  # one tail per replica pod name, across incarnations
         self._pods[name] = state
         state.task = asyncio.get_running_loop().create_task(self._follow(state), name=f"logs {name}")
 
@@ -272,10 +277,9 @@ class ReplicaLogStreamer:
                     raise
                 await pod.wait_change(self.retry_interval)
                 continue
-            pod.update(fresh)
+            pod.update(fresh if fresh is not None and _uid(fresh) == pod.uid else None)
             if not emitted and fresh is not None and (fresh.get("status") or {}).get("phase") == "Running":
                 await pod.wait_change(self.retry_interval)  # nothing new: do not spin on a quiet container
-        await self._read(pod)  # deleted: whatever the API still serves
 
     async def _catch_up_restarts(self, pod: _Pod, restarts: int) -> None:
         """Read the previous instance first when the container restarted since we last looked."""
@@ -331,6 +335,10 @@ def _retry_later(err: BaseException) -> bool:
     if isinstance(err, KubeApiError) and err.status in (400, 404):
         return True
     return is_transient(err)
+
+
+def _uid(pod: Mapping[str, Any]) -> str | None:
+    return (pod.get("metadata") or {}).get("uid")
 
 
 def _container_name(pod: Mapping[str, Any], default: str) -> str:

@@ -191,6 +191,22 @@ async def test_restart_while_disconnected_reads_the_previous_instance_first(env)
     assert any(r.query.get("previous") == "true" for r in log_requests(cluster, master))
 
 
+async def test_a_pod_recreated_under_the_same_name_is_followed_again(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "old incarnation\n")
+    run = Streaming(hook)
+    await run.wait_for(1)
+    cluster.logs.close_container("default", master, C)
+    cluster.store.delete(rtype(cluster, PODS), "default", master)
+    cluster.logs.forget_pod("default", master)
+    add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "new incarnation\n")
+    await run.wait_for(2)
+    assert await run.stop() == ["[master-0] old incarnation", "[master-0] new incarnation"]
+    assert run.streamer.tail(master) == ["old incarnation", "new incarnation"]
+
+
 async def test_tail_keeps_the_last_lines_per_pod(env):
     cluster, hook = env
     master = add_pod(cluster, "Master", 0)
