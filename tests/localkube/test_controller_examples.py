@@ -7,6 +7,7 @@ import json
 
 from tests.localkube.test_controller_support import (
     MPI_TENSORFLOW_MNIST,
+    MXNET_DIST,
     PADDLE_SIMPLE_CPU,
     PYTORCH_SIMPLE,
     TENSORFLOW_SIMPLE,
@@ -210,3 +211,20 @@ def test_mpijob_launcher_workers_and_hostfile(kc: KubeClient) -> None:
     assert kc.core.list_namespaced_service("default").items == []
     reasons = kc.reasons("tensorflow-mnist-worker-0")
     assert "Started" in reasons
+
+
+def test_mxjob_succeeds_when_the_scheduler_succeeds(kc: KubeClient) -> None:
+    kc.create(example(MXNET_DIST, script={"Server": {"duration": None}, "Worker": {"duration": None}}))
+    final = kc.wait_condition("MXJob", "mxnet-job", "Succeeded")
+    assert conditions(final)[-1] == ("Succeeded", "True", "MXJobSucceeded")
+    assert replica_status(final, "Scheduler") == {"succeeded": 1}
+    pods = {p.metadata.name: p for p in kc.pods("mxnet-job")}
+    assert pods["mxnet-job-server-0"].metadata.labels[ROLE] == "master"  # MXNet's master role is the Server
+    assert ROLE not in pods["mxnet-job-scheduler-0"].metadata.labels
+    env = env_of(pods["mxnet-job-worker-0"])
+    assert (env["DMLC_ROLE"], env["DMLC_PS_ROOT_URI"], env["DMLC_PS_ROOT_PORT"]) == (
+        "worker",
+        "mxnet-job-scheduler-0",
+        "9991",
+    )
+    assert json.loads(env["MX_CONFIG"])["task"] == {"type": "worker", "index": 0}

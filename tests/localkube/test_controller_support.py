@@ -1,8 +1,8 @@
 """Shared helpers of the controller and runtime tests (this module holds no tests).
 
 `KubeClient` wraps the real `kubernetes` sync client pointed at a running localkube through its kubeconfig.
-The upstream example manifests (kubeflow/training-operator v1.8.1 `examples/`, unchanged) are inlined so
-the tests run from a fresh clone.
+The upstream example manifests (kubeflow/training-operator v1.8.1 `examples/`) are inlined unchanged (one
+long flow list wrapped) so the tests run from a fresh clone.
 """
 
 from __future__ import annotations
@@ -211,6 +211,54 @@ spec:
               limits:
                 cpu: 2
                 memory: 4Gi
+"""
+MXNET_DIST = """
+apiVersion: "kubeflow.org/v1"
+kind: "MXJob"
+metadata:
+  name: "mxnet-job"
+spec:
+  jobMode: MXTrain
+  mxReplicaSpecs:
+    Scheduler:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+            - name: mxnet
+              image: kubeflow/mxnet-gpu:latest
+              ports:
+              - containerPort: 9991
+                name: mxjob-port
+    Server:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+            - name: mxnet
+              image: kubeflow/mxnet-gpu:latest
+              ports:
+              - containerPort: 9991
+                name: mxjob-port
+    Worker:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+            - name: mxnet
+              image: kubeflow/mxnet-gpu:latest
+              command: ["python3"]
+              args: ["/mxnet/mxnet/example/image-classification/train_mnist.py","--num-epochs","10",
+                     "--num-layers","2","--kv-store","dist_device_sync","--gpus","0"]
+              resources:
+                limits:
+                  nvidia.com/gpu: 1
+              ports:
+              - containerPort: 9991
+                name: mxjob-port
 """
 
 
