@@ -66,7 +66,7 @@ PHASES: dict[str, JobState] = {
 }
 
 NO_TRAINER_CAUSES = (
-    "the EDL controller is not running (Deployment training-job-controller, namespace paddlecloud). "
+    "the EDL controller seems not to be running (Deployment training-job-controller, namespace paddlecloud). "
     "It creates the trainer Job and the master and pserver ReplicaSets; the resource lineage needs a "
     "Kubernetes 1.7 ThirdPartyResource training-job.paddlepaddle.org. Nothing else writes this job's status"
 )
