@@ -328,3 +328,26 @@ def test_state_store_records_the_job(cluster):
     result = run_operator(pytorch(), context, "sync")
     stored = context["task_state_store"].get(STATE_KEY)
     assert stored == {k: result[k] for k in ("name", "namespace", "uid", "kind", "api_version")}
+
+
+@pytest.mark.parametrize("source", ["dict", "YAML text", "YAML file", "pydantic model"])
+def test_job_sources(cluster, tmp_path, source):
+    import yaml
+
+    from airflow_provider_training.specs import parse_job
+
+    job = manifest(PYTORCH, QUICK)
+    if source == "YAML text":
+        job = yaml.safe_dump(job)
+    elif source == "YAML file":
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(job))
+        job = str(path)
+    elif source == "pydantic model":
+        job = parse_job(job)
+
+    result = run_operator(
+        TrainingJobOperator(task_id="train", job=job, poll_interval=0.2), make_context(), "sync"
+    )
+
+    assert result["state"] == "Succeeded" and result["kind"] == "PyTorchJob"

@@ -1,0 +1,37 @@
+"""A DAG as a user writes it: train a PyTorchJob (deferrable), then check it with the sensor."""
+
+from __future__ import annotations
+
+import json
+
+from airflow.sdk import DAG
+
+from airflow_provider_training.operators import PyTorchJobOperator
+from airflow_provider_training.sensors import PyTorchJobSensor
+from airflow_provider_training.specs import build_job
+
+# localkube's scripted runtime: every replica logs two lines and exits 0 after 0.2 s.
+SCRIPT = {"default": {"duration": 0.2, "logs": ["epoch 1 loss 0.41", "model saved"]}}
+
+with DAG("train_and_check", schedule=None, catchup=False) as dag:
+    train = PyTorchJobOperator(
+        task_id="train",
+        job=build_job(
+            "PyTorchJob",
+            image="localkube/scripted:latest",
+            command=["python", "train.py"],
+            replicas={"Master": 1, "Worker": 2},
+            annotations={"localkube.dev/script": json.dumps(SCRIPT)},
+        ),
+        job_name="{{ dag.dag_id | replace('_', '-') }}-{{ ds_nodash }}",
+        deferrable=True,
+        poll_interval=0.2,
+    )
+    check = PyTorchJobSensor(
+        task_id="check",
+        job_name="{{ ti.xcom_pull(task_ids='train')['name'] }}",
+        deferrable=True,
+        poke_interval=0.2,
+        timeout=60,
+    )
+    train >> check
