@@ -180,6 +180,8 @@ class ReplicaLogStreamer:
 
     async def run(self) -> None:
         """Follow the chosen replicas until cancelled, or until :meth:`stop` (then return normally)."""
+        if self._stopping:
+            return  # stopped before it ran: stop() has read the logs once
         self._runner = asyncio.current_task()
         hub = self.hub or WatchHub.shared()
         try:
@@ -200,7 +202,15 @@ class ReplicaLogStreamer:
             self._finished.set()
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Stop following and read what each started pod wrote since its last emitted line."""
+        """Stop following and read what each started pod wrote since its last emitted line.
+
+        Called before :meth:`run` got to start (a job that finished at once), it reads each chosen pod once.
+        """
+        if self._runner is None and not self._stopping:
+            self._stopping = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._read_once(), timeout)
+            return
         if self._runner is None or self._runner.done():
             return
         self._stopping = True
@@ -208,27 +218,36 @@ class ReplicaLogStreamer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._finished.wait()), timeout)
 
+    async def _read_once(self) -> None:
+        for pod in await self.hook.list_pods(self.namespace, self._selector()):
+            state = self._track(pod)
+            if state is not None:
+                await self._read(state)
+
     def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
-        name = pod["metadata"]["name"]
-        known = self._pods.get(name)
+        known = self._pods.get(pod["metadata"]["name"])
         if known is not None and (type_ == DELETED or _uid(pod) == known.uid):
             known.update(None if type_ == DELETED else pod)
-            return
-        if type_ == DELETED:
-            return
-        if known is not None:  # deleted and created again under the same name (operators recreate pods)
-            known.update(None)
+        elif type_ != DELETED and (state := self._track(pod)) is not None:
+            state.task = asyncio.get_running_loop().create_task(
+                self._follow(state), name=f"logs {state.name}"
+            )
+
+    def _track(self, pod: dict[str, Any]) -> _Pod | None:
+        """Start keeping state for a chosen replica pod (a new one, or a new incarnation of a name)."""
+        name = pod["metadata"]["name"]
         replica = self.kind.replica_of_pod(pod)
         if not self._wanted(replica.replica_type):
-            return
+            return None
         label = replica.replica_type.lower() + ("" if replica.index is None else f"-{replica.index}")
-        state = _Pod(
-            name, f"[{label}] ", _container_name(pod, self.kind.default_container), pod, self.tail_lines
-        )
-        if known is not None:
+        container = _container_name(pod, self.kind.default_container)
+        state = _Pod(name, f"[{label}] ", container, pod, self.tail_lines)
+        known = self._pods.get(name)
+        if known is not None:  # deleted and created again under the same name (operators recreate pods)
+            known.update(None)
             state.tail = known.tail  # one tail per replica pod name, across incarnations
         self._pods[name] = state
-        state.task = asyncio.get_running_loop().create_task(self._follow(state), name=f"logs {name}")
+        return state
 
     async def _cancel_followers(self) -> None:
         tasks = [pod.task for pod in self._pods.values() if pod.task is not None and not pod.task.done()]

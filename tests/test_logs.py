@@ -228,6 +228,18 @@ async def test_stop_flushes_what_was_written_last(env):
     assert await run.stop() == ["[master-0] early", "[master-0] late 1", "[master-0] late 2"]
 
 
+async def test_stop_before_run_started_reads_each_pod_once(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "quick job\n")
+    add_pod(cluster, "Master", 1, phase="Pending", state="waiting")  # never started: nothing to read
+    lines: list[str] = []
+    streamer = ReplicaLogStreamer(hook, PYTORCH, "default", "job", emit=lines.append, hub=WatchHub())
+    await streamer.stop()
+    await streamer.run()  # returns at once: it was stopped
+    assert lines == ["[master-0] quick job"]
+
+
 async def test_cancelling_run_stops_everything(env):
     cluster, hook = env
     add_pod(cluster, "Master", 0)
