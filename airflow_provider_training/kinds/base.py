@@ -21,7 +21,7 @@ ChildObjects = Mapping[str, list[RawObject]]
 """Child objects by resource key (see :class:`ChildResource.key`), for kinds whose status lives there."""
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     """The normalized lifecycle state of a training job."""
 
     PENDING = "Pending"
@@ -46,7 +46,12 @@ class ReplicaCounts:
     failed: int = 0
 
     def to_dict(self) -> dict[str, int | None]:
-        return {"desired": self.desired, "active": self.active, "succeeded": self.succeeded, "failed": self.failed}
+        return {
+            "desired": self.desired,
+            "active": self.active,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReplicaCounts:
@@ -122,7 +127,7 @@ class ResourceRef:
 
     @property
     def key(self) -> str:
-        """``plural.group`` as kubectl names it, e.g. ``pytorchjobs.kubeflow.org``, ``pods``, ``jobs.batch``."""
+        """``plural.group`` as kubectl names it: ``pytorchjobs.kubeflow.org``, ``pods``, ``jobs.batch``."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
@@ -145,7 +150,8 @@ class ChildResource:
     on that).
     Several entries may share one ``resource``; :attr:`JobKind.read_status` gets them merged under its key.
     ``needed_for_status`` children are handed to :attr:`JobKind.read_status`.
-    ``delete_on_cleanup`` children are deleted with the job, for APIs whose controller never garbage-collects them.
+    ``delete_on_cleanup`` children are deleted with the job, for APIs whose controller never
+    garbage-collects them.
     """
 
     resource: ResourceRef
@@ -170,8 +176,8 @@ class JobKind:
 
     ``read_status(job, children)`` is pure: the raw custom resource plus the children listed with
     ``needed_for_status`` become a :class:`JobStatus`. ``pod_selector(job_name)`` finds every replica pod;
-    ``master_selector(job_name)`` finds the pod(s) whose logs matter most. ``replica_of_pod(pod)`` names a pod's
-    replica type and index, for log prefixes and the replica table.
+    ``master_selector(job_name)`` finds the pod(s) whose logs matter most. ``replica_of_pod(pod)`` names a
+    pod's replica type and index, for log prefixes and the replica table.
 
     ``extra_pod_selectors(job_name)`` lists more selectors whose pods are replicas too, for APIs whose replica
     types carry different labels (EDL's master and pserver pods): "all replicas" is the union.
@@ -191,7 +197,7 @@ class JobKind:
     replica_of_pod: Callable[[RawObject], ReplicaPod]
     replica_spec_key: str | None = None
     children: tuple[ChildResource, ...] = ()
-    # Refuses a target state this job can never reach (e.g. T9k debug mode never succeeds); returns an error text.
+    # Refuses a target state this job can never reach (T9k debug mode never succeeds); returns an error text.
     check_target: Callable[[RawObject, JobState], str | None] = lambda job, target: None
     extra_pod_selectors: Callable[[str], tuple[str, ...]] = lambda job_name: ()
     owns_pod: Callable[[str, RawObject], bool] = lambda job_name, pod: True
