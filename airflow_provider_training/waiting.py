@@ -73,6 +73,7 @@ class JobWaiter:
         self.job: RawObject | None = None
         self.children: dict[str, dict[str, RawObject]] = {}  # by resource key, then name
         self.pods: dict[str, RawObject] = {}
+        self.seen_pods: set[str] = set()  # every replica pod seen, also those removed by cleanPodPolicy
         self.status: JobStatus | None = None
         self.uid = options.uid
         self._started = False
@@ -194,6 +195,7 @@ class JobWaiter:
         name = diag.pod_name(obj)
         if not _apply(self.pods, event):
             return
+        self.seen_pods.add(name)
         if diag.pod_started(obj):
             self._started = True
         for reason, message in diag.stuck_reasons(obj):
@@ -299,7 +301,7 @@ class JobWaiter:
             "job": self.identity(),
             "job_status": status.to_dict() if status else None,
             "message": done.message,
-            "pods": sorted(self.pods),
+            "pods": sorted(self.seen_pods),
             "replica_failures": [],
             "log_tail": {},
             "events": [],
@@ -312,7 +314,7 @@ class JobWaiter:
     async def _explain(self, event: dict[str, Any]) -> None:
         """Failing replicas with exit codes, their last log lines, and the recent Warning events."""
         pods = await self.hook.list_pods(self.namespace, self.kind.pod_selector(self.name))
-        event["pods"] = sorted(diag.pod_name(p) for p in pods)
+        event["pods"] = sorted(self.seen_pods | {diag.pod_name(p) for p in pods})
         failures = diag.replica_failures(self.kind, pods)
         event["replica_failures"] = failures
         events = list(await self.hook.list_events(self.namespace, self.name, self.kind.kind))

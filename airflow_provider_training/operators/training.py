@@ -62,7 +62,6 @@ class TrainingJobOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("job", "job_name", "namespace")
     template_ext: Sequence[str] = (".yaml", ".yml")
-    template_fields_renderers: ClassVar[dict[str, str]] = {"job": "yaml"}
     operator_extra_links = (TrainingJobLink(),)
     ui_color = "#c6e2ff"
 

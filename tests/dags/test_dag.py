@@ -26,7 +26,7 @@ def test_dag_test_runs_operator_and_sensor(airflow_db, cluster, capsys):
     run = dag.test()
 
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states == {"train": "success", "check": "success"}
+    assert states == {"train": "success", "check": "success", "train_sync": "success"}
     assert run.state == "success"
     out = capsys.readouterr().out
     assert "[DAG TEST] running trigger in line" in out

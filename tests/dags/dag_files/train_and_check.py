@@ -13,16 +13,18 @@ from airflow_provider_training.specs import build_job
 # localkube's scripted runtime: every replica logs two lines and exits 0 after 0.2 s.
 SCRIPT = {"default": {"duration": 0.2, "logs": ["epoch 1 loss 0.41", "model saved"]}}
 
+JOB = build_job(
+    "PyTorchJob",
+    image="localkube/scripted:latest",
+    command=["python", "train.py"],
+    replicas={"Master": 1, "Worker": 2},
+    annotations={"localkube.dev/script": json.dumps(SCRIPT)},
+)
+
 with DAG("train_and_check", schedule=None, catchup=False) as dag:
     train = PyTorchJobOperator(
         task_id="train",
-        job=build_job(
-            "PyTorchJob",
-            image="localkube/scripted:latest",
-            command=["python", "train.py"],
-            replicas={"Master": 1, "Worker": 2},
-            annotations={"localkube.dev/script": json.dumps(SCRIPT)},
-        ),
+        job=JOB,
         job_name="{{ dag.dag_id | replace('_', '-') }}-{{ ds_nodash }}",
         deferrable=True,
         poll_interval=0.2,
@@ -35,3 +37,5 @@ with DAG("train_and_check", schedule=None, catchup=False) as dag:
         timeout=60,
     )
     train >> check
+    # The same wait, run inline in the worker (sync mode), under the real task runner.
+    train_sync = PyTorchJobOperator(task_id="train_sync", job=JOB, deferrable=False, poll_interval=0.2)
