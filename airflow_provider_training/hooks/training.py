@@ -49,6 +49,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_PROPAGATION = "Foreground"
+# A followed log that says nothing for this long is re-opened (a silently dead connection must not hang).
+FOLLOW_IDLE_TIMEOUT = 300.0
 
 
 class AsyncTrainingJobHook:
@@ -367,8 +369,9 @@ class AsyncTrainingJobHook:
     ) -> AsyncIterator[str]:
         """The container's log lines as they are written, until the container ends.
 
-        Opening the stream is retried; a connection dropped mid-stream raises the aiohttp error (resuming
-        without loss or duplicates needs the timestamps, which ``logs.ReplicaLogStreamer`` does).
+        Opening the stream is retried; a connection dropped mid-stream, or silent for
+        ``FOLLOW_IDLE_TIMEOUT``, raises the aiohttp error (resuming without loss or duplicates needs the
+        timestamps, which ``logs.ReplicaLogStreamer`` does).
         """
         query = encode_query(
             {
@@ -383,7 +386,8 @@ class AsyncTrainingJobHook:
         async with contextlib.AsyncExitStack() as stack:
 
             async def open_stream(_attempt: int) -> aiohttp.ClientResponse:
-                return await stack.enter_async_context(transport.stream(path, query=query))
+                stream = transport.stream(path, query=query, read_timeout=FOLLOW_IDLE_TIMEOUT)
+                return await stack.enter_async_context(stream)
 
             resp = await self.retry.call(open_stream)
             async for line in iter_lines(resp):
