@@ -10,12 +10,13 @@ import asyncio
 import base64
 import binascii
 import copy
+import itertools
 import json
 import random
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,6 +75,7 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
 _Name = tuple[str, str]  # namespace ("" for cluster-scoped), name
 Items = list[dict]
 _Events = list[WatchEvent]
+IndexKey = Callable[[dict], Hashable | None]  # an object's key in a secondary index; None leaves it out
 
 
 def _gvp(rt: ResourceType) -> tuple[str, str, str]:
@@ -84,13 +86,33 @@ def _owner_uids(obj: dict) -> set[str]:
     return {ref["uid"] for ref in obj["metadata"].get("ownerReferences") or [] if ref.get("uid")}
 
 
+class _Secondary:
+    """One named secondary index of one type: key -> names, each bucket in order of last write."""
+
+    def __init__(self, key: IndexKey) -> None:
+        self.key = key
+        self.buckets: dict[Hashable, dict[_Name, None]] = {}
+
+    def add(self, name: _Name, obj: dict) -> None:
+        if (key := self.key(obj)) is not None:
+            self.buckets.setdefault(key, {})[name] = None
+
+    def remove(self, name: _Name, obj: dict) -> None:
+        if (key := self.key(obj)) is not None and (bucket := self.buckets.get(key)) is not None:
+            bucket.pop(name, None)
+            if not bucket:
+                del self.buckets[key]
+
+
 class _Index:
-    """Objects by type and name, plus by uid and by owner uid for the garbage collector."""
+    """Objects by type and name, by uid and by owner uid (for the garbage collector), plus the secondary
+    indexes that `Store.add_index` registers."""
 
     def __init__(self) -> None:
         self.by_type: dict[tuple[str, str, str], dict[_Name, dict]] = {}
         self._by_uid: dict[str, tuple[ResourceType, _Name]] = {}
         self._children: dict[str, dict[tuple[tuple[str, str, str], _Name], ResourceType]] = {}
+        self._secondary: dict[tuple[str, str, str], dict[str, _Secondary]] = {}
 
     @staticmethod
     def name_of(rt: ResourceType, obj: dict) -> _Name:
@@ -107,6 +129,8 @@ class _Index:
         self._by_uid[obj["metadata"]["uid"]] = (rt, name)
         for owner in _owner_uids(obj):
             self._children.setdefault(owner, {})[(_gvp(rt), name)] = rt
+        for secondary in self._secondary.get(_gvp(rt), {}).values():
+            secondary.add(name, obj)
 
     def pop(self, rt: ResourceType, obj: dict) -> dict:
         previous = self.by_type[_gvp(rt)].pop(self.name_of(rt, obj))
@@ -115,11 +139,27 @@ class _Index:
 
     def _unindex(self, rt: ResourceType, obj: dict) -> None:
         self._by_uid.pop(obj["metadata"]["uid"], None)
+        for secondary in self._secondary.get(_gvp(rt), {}).values():
+            secondary.remove(self.name_of(rt, obj), obj)
         for owner in _owner_uids(obj):
             children = self._children.get(owner, {})
             children.pop((_gvp(rt), self.name_of(rt, obj)), None)
             if not children:
                 self._children.pop(owner, None)
+
+    def add_secondary(self, rt: ResourceType, index: str, key: IndexKey) -> None:
+        indexes = self._secondary.setdefault(_gvp(rt), {})
+        if index not in indexes:
+            indexes[index] = secondary = _Secondary(key)
+            for name, obj in self.by_type.get(_gvp(rt), {}).items():
+                secondary.add(name, obj)
+
+    def secondary(self, rt: ResourceType, index: str, key: Hashable) -> dict[_Name, None]:
+        """The names filed under `key`, least recently written first."""
+        try:
+            return self._secondary[_gvp(rt)][index].buckets.get(key, {})
+        except KeyError:
+            raise KeyError(f"no index {index!r} on {rt.key}") from None
 
     def find_uid(self, uid: str | None) -> tuple[ResourceType, dict] | None:
         found = self._by_uid.get(uid or "")
@@ -238,6 +278,25 @@ class Store:
         if obj is None:
             raise ApiError.not_found(rt, name)
         return obj
+
+    # -- secondary indexes ---------------------------------------------------------------------------------
+    def add_index(self, rt: ResourceType, index: str, key: IndexKey) -> None:
+        """Index objects of `rt` by `key(obj)` under the name `index`; a second call with the name is a no-op.
+
+        Every write and delete keeps the index current, so lookups never scan the type."""
+        with self._lock:
+            self._objects.add_secondary(rt, index, key)
+
+    def by_index(self, rt: ResourceType, index: str, key: Hashable, limit: int | None = None) -> Items:
+        """The objects whose key is `key`, least recently written first (at most `limit`); KeyError for an
+        index never added."""
+        with self._lock:
+            names = itertools.islice(self._objects.secondary(rt, index, key), limit)
+            return [copy.deepcopy(self._objects.by_type[_gvp(rt)][name]) for name in names]
+
+    def index_count(self, rt: ResourceType, index: str, key: Hashable) -> int:
+        with self._lock:
+            return len(self._objects.secondary(rt, index, key))
 
     # -- writes --------------------------------------------------------------------------------------------
     def create(self, rt: ResourceType, namespace: str, obj: dict) -> dict:

@@ -206,3 +206,22 @@ async def test_watch_history_and_expiry(store: Store) -> None:
     with pytest.raises(ApiError) as expired:
         store.watch(PYTORCH, "ns", "1")
     assert expired.value.code == 410 and expired.value.message.startswith("too old resource version: 1 (")
+
+
+def test_secondary_index_follows_writes_and_deletes(store: Store) -> None:
+    store.create(PODS, "ns", {"metadata": {"name": "before", "labels": {"app": "x"}}, "spec": {}})
+    store.add_index(PODS, "app", lambda obj: (obj["metadata"].get("labels") or {}).get("app"))
+    store.add_index(PODS, "app", lambda obj: "ignored: the name is taken")
+    store.create(PODS, "ns", {"metadata": {"name": "after", "labels": {"app": "x"}}, "spec": {}})
+    store.create(PODS, "ns", {"metadata": {"name": "unlabelled"}, "spec": {}})
+    assert [p["metadata"]["name"] for p in store.by_index(PODS, "app", "x")] == ["before", "after"]
+    store.patch(
+        PODS, "ns", "before", {"metadata": {"annotations": {"a": "b"}}}, "application/merge-patch+json"
+    )
+    assert [p["metadata"]["name"] for p in store.by_index(PODS, "app", "x")] == ["after", "before"]
+    assert [p["metadata"]["name"] for p in store.by_index(PODS, "app", "x", limit=1)] == ["after"]
+    store.patch(PODS, "ns", "after", {"metadata": {"labels": {"app": "y"}}}, "application/merge-patch+json")
+    store.delete(PODS, "ns", "before")
+    assert store.by_index(PODS, "app", "x") == [] and store.index_count(PODS, "app", "y") == 1
+    with pytest.raises(KeyError):
+        store.by_index(EVENTS, "app", "x")
