@@ -41,9 +41,16 @@ from airflow_provider_training.hooks.transport import (
     iter_lines,
     object_path,
 )
-from airflow_provider_training.kinds.base import EVENTS, PODS, JobKind, ResourceRef
+from airflow_provider_training.kinds.base import EVENTS, PODS, ChildResource, JobKind, ResourceRef
 
-__all__ = ["AsyncTrainingJobHook", "JobExistsError", "KubeApiError", "RetryPolicy", "TrainingJobHook"]
+__all__ = [
+    "AsyncTrainingJobHook",
+    "JobExistsError",
+    "KubeApiError",
+    "RetryPolicy",
+    "TrainingJobHook",
+    "replica_selectors",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -272,18 +279,29 @@ class AsyncTrainingJobHook:
     async def delete_job(
         self, kind: JobKind, name: str, namespace: str, *, propagation_policy: str = DEFAULT_PROPAGATION
     ) -> bool:
-        """Delete the job and its ``delete_on_cleanup`` children; ``False`` if the job was already gone."""
+        """Delete the job and its ``delete_on_cleanup`` children; ``False`` if the job was already gone.
+
+        Children go in the order the kind lists them (controllers before their pods, so no ReplicaSet or
+        Job recreates a pod just deleted), named ones by name, the others found by selector. They are
+        deleted even when the job itself was gone, so a second cleanup removes what the first left.
+        """
         existed = await self.delete_object(
             kind.resource, name, namespace, propagation_policy=propagation_policy
         )
+        done: set[tuple[str, str]] = set()
         for child in kind.children:
             if not child.delete_on_cleanup:
                 continue
-            listed = await self.list_objects(child.resource, namespace, label_selector=child.selector(name))
-            for item in listed["items"]:
-                await self.delete_object(
-                    child.resource, item["metadata"]["name"], namespace, propagation_policy="Background"
-                )
+            if child.name is not None:
+                names = [child.name(name)]
+            else:
+                names = [_name(item) for item in await self._select_children(kind, child, name, namespace)]
+            for child_name in names:
+                if (child.resource.key, child_name) not in done:
+                    done.add((child.resource.key, child_name))
+                    await self.delete_object(
+                        child.resource, child_name, namespace, propagation_policy="Background"
+                    )
         return existed
 
     async def wait_job_deleted(
@@ -301,20 +319,55 @@ class AsyncTrainingJobHook:
     async def list_children(
         self, kind: JobKind, name: str, namespace: str
     ) -> dict[str, list[dict[str, Any]]]:
-        """The ``needed_for_status`` children by resource key, as :attr:`JobKind.read_status` takes them."""
+        """The ``needed_for_status`` children by resource key, as :attr:`JobKind.read_status` takes them.
+
+        Entries sharing a resource are merged under its key (each object once).
+        """
+        wanted = [child for child in kind.children if child.needed_for_status]
+        found = await asyncio.gather(*(self.find_children(kind, child, name, namespace) for child in wanted))
         children: dict[str, list[dict[str, Any]]] = {}
-        for child in kind.children:
-            if child.needed_for_status:
-                listed = await self.list_objects(
-                    child.resource, namespace, label_selector=child.selector(name)
-                )
-                children[child.resource.key] = listed["items"]
+        for child, items in zip(wanted, found, strict=True):
+            _merge_into(children.setdefault(child.resource.key, []), items)
         return children
+
+    async def find_children(
+        self, kind: JobKind, child: ChildResource, job_name: str, namespace: str
+    ) -> list[dict[str, Any]]:
+        """The objects of one child entry: the one named object if the entry names it, else by selector."""
+        if child.name is None:
+            return await self._select_children(kind, child, job_name, namespace)
+        found = await self.get_object(child.resource, child.name(job_name), namespace)
+        return [] if found is None else [found]
+
+    async def _select_children(
+        self, kind: JobKind, child: ChildResource, job_name: str, namespace: str
+    ) -> list[dict[str, Any]]:
+        listed = await self.list_objects(child.resource, namespace, label_selector=child.selector(job_name))
+        items: list[dict[str, Any]] = listed["items"]
+        if child.resource == PODS:
+            items = [pod for pod in items if kind.owns_pod(job_name, pod)]
+        return items
 
     # -- pods, events, logs ----------------------------------------------------------------------------------
 
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return (await self.list_objects(PODS, namespace, label_selector=label_selector))["items"]
+
+    async def list_job_pods(
+        self, kind: JobKind, name: str, namespace: str, *, master: bool = False
+    ) -> list[dict[str, Any]]:
+        """The job's replica pods (``master``: the master's only): every selector of
+        :func:`replica_selectors`, each pod once, and only those :attr:`JobKind.owns_pod` accepts."""
+        listed = await asyncio.gather(
+            *(
+                self.list_pods(namespace, selector)
+                for selector in replica_selectors(kind, name, master=master)
+            )
+        )
+        pods: list[dict[str, Any]] = []
+        for items in listed:
+            _merge_into(pods, [pod for pod in items if kind.owns_pod(name, pod)])
+        return pods
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.get_object(PODS, name, namespace)
@@ -394,6 +447,14 @@ class AsyncTrainingJobHook:
                 yield line.decode("utf-8", errors="replace")
 
 
+def replica_selectors(kind: JobKind, job_name: str, *, master: bool = False) -> tuple[str, ...]:
+    """The label selectors whose pods are the job's replicas: the master selector alone for ``master``, else
+    the pod selector and the kind's extra ones. Pods they select still need :attr:`JobKind.owns_pod`."""
+    if master:
+        return (kind.master_selector(job_name),)
+    return (kind.pod_selector(job_name), *kind.extra_pod_selectors(job_name))
+
+
 def format_since_time(value: datetime | None) -> str | None:
     """RFC 3339 in UTC at second resolution, as the API takes ``sinceTime``."""
     if value is None:
@@ -424,6 +485,20 @@ def _carries(existing: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
         for key, values in marks
         for label, value in values.items()
     )
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _merge_into(merged: list[dict[str, Any]], items: list[dict[str, Any]]) -> None:
+    """Append the objects not in ``merged`` yet (by uid, else by name)."""
+    seen = {(obj.get("metadata") or {}).get("uid") or _name(obj) for obj in merged}
+    for obj in items:
+        key = (obj.get("metadata") or {}).get("uid") or _name(obj)
+        if key not in seen:
+            seen.add(key)
+            merged.append(obj)
 
 
 def _event_time(event: Mapping[str, Any]) -> str:
@@ -539,6 +614,8 @@ class TrainingJobHook(BaseHook):
     wait_job_deleted = _sync(AsyncTrainingJobHook.wait_job_deleted)
     list_children = _sync(AsyncTrainingJobHook.list_children)
     list_pods = _sync(AsyncTrainingJobHook.list_pods)
+    list_job_pods = _sync(AsyncTrainingJobHook.list_job_pods)
+    find_children = _sync(AsyncTrainingJobHook.find_children)
     get_pod = _sync(AsyncTrainingJobHook.get_pod)
     list_events = _sync(AsyncTrainingJobHook.list_events)
     read_log = _sync(AsyncTrainingJobHook.read_log)

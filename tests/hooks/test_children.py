@@ -1,0 +1,122 @@
+"""Child objects that controllers leave unlabelled or undeleted (EDL), and replica pods a selector cannot
+tell apart (mlkube MxJob): found, merged, filtered and cleaned up against localkube over HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from airflow_provider_training.kinds.base import BATCH_JOBS, PODS, REPLICASETS, ChildResource, JobState
+from airflow_provider_training.kinds.registry import get_kind
+from tests.hooks.family_objects import (
+    create_edl_children,
+    create_mlkube_pod,
+    edl_training_job,
+    mlkube_pod_name,
+    names_in,
+)
+from tests.hooks.kube_env import requests_to
+
+EDL = get_kind("TrainingJob", "paddlepaddle.org/v1")
+MXJOB = get_kind("MxJob", "mxnet.mlkube.io/v1beta1")
+
+
+def _names(objects: list[dict]) -> list[str]:
+    return sorted(obj["metadata"]["name"] for obj in objects)
+
+
+async def test_list_children_merges_entries_and_finds_unlabelled_children_by_name(kube, hook):
+    await hook.create_job(EDL, edl_training_job("example"), "default")
+    mine = create_edl_children(kube, "example")
+    create_edl_children(kube, "other")
+
+    children = await hook.list_children(EDL, "example", "default")
+
+    assert sorted(children) == sorted([BATCH_JOBS.key, REPLICASETS.key, PODS.key])
+    assert _names(children[BATCH_JOBS.key]) == ["example-trainer"]
+    assert _names(children[REPLICASETS.key]) == ["example-master", "example-pserver"]
+    assert _names(children[PODS.key]) == sorted(mine[PODS.key])  # trainer, pserver and master pods, once
+    # The unlabelled children were read by name, not listed by a selector that cannot find them.
+    assert [r.path for r in requests_to(kube, "replicasets")] == [
+        "/apis/apps/v1/namespaces/default/replicasets/example-pserver",
+        "/apis/apps/v1/namespaces/default/replicasets/example-master",
+    ]
+    job = await hook.get_job(EDL, "example", "default")
+    status = EDL.read_status(job, children)
+    assert set(status.replicas) == {"TRAINER", "PSERVER", "MASTER"}
+    assert status.replicas["PSERVER"].desired == 2 and status.replicas["MASTER"].desired == 1
+
+
+async def test_a_named_child_that_does_not_exist_yet_is_absent(kube, hook):
+    await hook.create_job(EDL, edl_training_job("fresh"), "default")
+    children = await hook.list_children(EDL, "fresh", "default")
+    assert children == {BATCH_JOBS.key: [], REPLICASETS.key: [], PODS.key: []}
+    status = EDL.read_status(await hook.get_job(EDL, "fresh", "default"), children)
+    assert status.state == JobState.PENDING
+
+
+async def test_entries_selecting_the_same_objects_merge_each_object_once(kube, hook):
+    overlapping = dataclasses.replace(
+        EDL,
+        children=(
+            ChildResource(PODS, lambda job: f"paddle-job={job}", needed_for_status=True),
+            ChildResource(PODS, lambda job: "paddle-job", needed_for_status=True),
+            ChildResource(
+                REPLICASETS, lambda job: "", needed_for_status=True, name=lambda job: f"{job}-master"
+            ),
+            ChildResource(
+                REPLICASETS, lambda job: "", needed_for_status=True, name=lambda job: f"{job}-master"
+            ),
+        ),
+    )
+    create_edl_children(kube, "example")
+    create_edl_children(kube, "other")
+    children = await hook.list_children(overlapping, "example", "default")
+    assert _names(children[REPLICASETS.key]) == ["example-master"]
+    # The second selector matches every trainer pod; each pod is listed once.
+    trainers = [f"{job}-trainer-{i:05d}" for job in ("example", "other") for i in range(2)]
+    assert _names(children[PODS.key]) == sorted(trainers)
+
+
+async def test_delete_job_leaves_no_child_behind(kube, hook):
+    await hook.create_job(EDL, edl_training_job("example"), "default")
+    await hook.create_job(EDL, edl_training_job("other"), "default")
+    create_edl_children(kube, "example")
+    theirs = create_edl_children(kube, "other")
+    # A pod whose controller is already gone is found by its label alone.
+    kube.store.delete(kube.store.resource_type("batch", "v1", "jobs"), "default", "example-trainer", "Orphan")
+
+    assert await hook.delete_job(EDL, "example", "default") is True
+
+    assert await hook.get_job(EDL, "example", "default") is None
+    assert names_in(kube, BATCH_JOBS) == set(theirs[BATCH_JOBS.key])
+    assert names_in(kube, REPLICASETS) == set(theirs[REPLICASETS.key])
+    assert names_in(kube, PODS) == set(theirs[PODS.key])
+
+
+async def test_delete_job_cleans_children_left_by_a_job_already_gone(kube, hook):
+    create_edl_children(kube, "orphaned")
+    assert await hook.delete_job(EDL, "orphaned", "default") is False
+    assert names_in(kube, BATCH_JOBS) == names_in(kube, REPLICASETS) == names_in(kube, PODS) == set()
+
+
+async def test_list_job_pods_takes_every_replica_selector(kube, hook):
+    mine = create_edl_children(kube, "example")
+    create_edl_children(kube, "other")
+    pods = await hook.list_job_pods(EDL, "example", "default")
+    assert _names(pods) == sorted(mine[PODS.key])
+    master = await hook.list_job_pods(EDL, "example", "default", master=True)
+    assert _names(master) == ["example-trainer-00000", "example-trainer-00001"]
+
+
+async def test_list_job_pods_keeps_only_the_pods_the_kind_owns(kube, hook):
+    for job in ("mnist", "mnist-big"):  # "mnist-big-..." pod names also start with "mnist-"
+        for replica_type, index in (("SCHEDULER", 0), ("SERVER", 0), ("WORKER", 0), ("WORKER", 1)):
+            create_mlkube_pod(kube, job, replica_type, index)
+
+    pods = await hook.list_job_pods(MXJOB, "mnist", "default")
+
+    assert len(await hook.list_pods("default", MXJOB.pod_selector("mnist"))) == 8  # the selector alone
+    expected = [("SCHEDULER", 0), ("SERVER", 0), ("WORKER", 0), ("WORKER", 1)]
+    assert _names(pods) == sorted(mlkube_pod_name("mnist", t, i) for t, i in expected)
+    master = await hook.list_job_pods(MXJOB, "mnist", "default", master=True)
+    assert _names(master) == [mlkube_pod_name("mnist", "WORKER", 0)]
