@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import weakref
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -59,15 +59,16 @@ class HubStats:
 
 
 class _Subscriber:
-    """One subscription: a queue of events for one object name, or for objects matching a label selector.
+    """One subscription: a queue of events for one object name, or for objects matching any of some label
+    selectors (none: every object).
 
     Until it is primed with the current state, changes are ignored (the priming snapshot includes them) or,
     while a named object's absence is being confirmed by a GET, buffered and replayed after it.
     """
 
-    def __init__(self, name: str | None, selector: list[Requirement] | None) -> None:
+    def __init__(self, name: str | None, selectors: list[list[Requirement]] | None) -> None:
         self.name = name
-        self.selector = selector
+        self.selectors = selectors
         self.queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
         self.primed = False
         self.buffer: list[tuple[str, dict[str, Any]]] | None = None  # changes seen while confirming
@@ -108,7 +109,7 @@ class _Subscriber:
             if name == self.name and not _not_newer(_rv(obj), self.floor):
                 self.queue.put_nowait(WatchEvent(type_, obj))
             return
-        selected = type_ != DELETED and labels_match(self.selector or [], obj)
+        selected = type_ != DELETED and self.selects(obj)
         if selected:
             seen = name in self.matching
             self.matching.add(name)
@@ -116,6 +117,9 @@ class _Subscriber:
         elif name in self.matching:
             self.matching.discard(name)
             self.queue.put_nowait(WatchEvent(DELETED, obj))
+
+    def selects(self, obj: dict[str, Any]) -> bool:
+        return self.selectors is None or any(labels_match(terms, obj) for terms in self.selectors)
 
     async def events(self) -> AsyncIterator[WatchEvent]:
         while True:
@@ -317,21 +321,26 @@ class WatchHub:
         namespace: str,
         *,
         name: str | None = None,
-        label_selector: str | None = None,
+        label_selector: str | Sequence[str] | None = None,
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         """Events of one object (``name``), of the objects matching ``label_selector``, or of all.
+
+        ``name`` works for any resource (a job, a batch Job or ReplicaSet it owns, a pod). Several label
+        selectors select their union (each object once), for replicas whose types are labelled differently.
 
         The first event for a named object is its current state (``ADDED``), or ``DELETED`` with just its name
         when it does not exist. A selector subscription starts with ``ADDED`` for every matching object, and
         sees an object that stops matching as ``DELETED``. A watch failure that retrying cannot fix (403, an
         unknown resource) is raised from the iterator.
         """
-        selector = parse_label_selector(label_selector) if label_selector else None
+        given = [label_selector] if isinstance(label_selector, str) else list(label_selector or ())
+        # No selector, or an empty one among them, selects every object.
+        selectors = [parse_label_selector(s) for s in given] if given and all(given) else None
         key = (hook.connection_key, resource.group, resource.version, resource.plural, namespace)
         watch = self._watches.get(key)
         if watch is None or watch.task.done():
             watch = self._watches[key] = _SharedWatch(self, hook.copy(), resource, namespace)
-        sub = _Subscriber(name, selector)
+        sub = _Subscriber(name, selectors)
         watch.add(sub)
         self._count(subscribers=1)
         try:

@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.kinds.base import PODS, ResourceRef
+from airflow_provider_training.kinds.base import BATCH_JOBS, PODS, REPLICASETS, ResourceRef
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.watch import WatchEvent, WatchHub
@@ -246,6 +246,51 @@ async def test_label_selector_subscription(kube, hook):
         assert [(e.type, e.name) for e in [await next_event(blue)]] == [("DELETED", "blue-1")]
         relabel(kube, "blue-2", {"color": "blue", "size": "l"})
         assert [(e.type, e.name) for e in [await next_event(blue)]] == [("MODIFIED", "blue-2")]
+
+
+async def test_label_selectors_select_their_union_each_object_once(kube, hook):
+    hub = WatchHub()
+    create(kube, "blue", {"color": "blue"})
+    create(kube, "red", {"color": "red", "size": "l"})
+    create(kube, "green", {"color": "green"})
+    selectors = ["color=blue", "color=red", "size=l"]  # "red" matches two of them
+    async with hub.subscribe(hook, JOB, "default", label_selector=selectors) as some:
+        first = sorted([(e.type, e.name) for e in [await next_event(some), await next_event(some)]])
+        assert first == [("ADDED", "blue"), ("ADDED", "red")]
+        relabel(kube, "red", {"color": None})  # still matches size=l
+        assert [(e.type, e.name) for e in [await next_event(some)]] == [("MODIFIED", "red")]
+        relabel(kube, "red", {"size": None})  # matches none now
+        assert [(e.type, e.name) for e in [await next_event(some)]] == [("DELETED", "red")]
+        relabel(kube, "green", {"color": "blue"})
+        assert [(e.type, e.name) for e in [await next_event(some)]] == [("ADDED", "green")]
+
+
+@pytest.mark.parametrize("resource", [BATCH_JOBS, REPLICASETS], ids=lambda r: r.key)
+async def test_named_subscription_on_a_child_resource(kube, hook, resource):
+    """Children found by name (unlabelled batch Jobs, ReplicaSets): absent first, then each change."""
+    hub = WatchHub()
+    rt = rtype(kube, resource)
+    body = {"apiVersion": resource.api_version, "kind": resource.kind, "spec": {"template": {"spec": {}}}}
+    kube.store.create(rt, "default", {**body, "metadata": {"name": "job-b-master"}})
+    async with (
+        hub.subscribe(hook, resource, "default", name="job-a-master") as child,
+        hub.subscribe(hook, resource, "default", name="job-b-master") as neighbour,
+    ):
+        absent = await next_event(child)
+        assert (absent.type, absent.name) == ("DELETED", "job-a-master")
+        assert (await next_event(neighbour)).type == "ADDED"
+        kube.store.create(rt, "default", {**body, "metadata": {"name": "job-a-master"}})
+        kube.store.update_status(rt, "default", "job-a-master", {"replicas": 1})
+        kube.store.delete(rt, "default", "job-a-master")
+        seen = [await next_event(child) for _ in range(3)]
+        assert [(e.type, e.name) for e in seen] == [
+            ("ADDED", "job-a-master"),
+            ("MODIFIED", "job-a-master"),
+            ("DELETED", "job-a-master"),
+        ]
+        assert seen[1].object["status"] == {"replicas": 1}
+        assert hub.stats.active_watches == 1  # one watch for both names
+    assert len(watches(kube, resource.plural)) == 1
 
 
 async def test_reconnects_with_backoff_after_dropped_connections_and_server_errors(kube, hook):
