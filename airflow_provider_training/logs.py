@@ -1,9 +1,12 @@
 """Replica log streaming: follow every chosen replica pod of a job, each line prefixed ``[worker-0] ``.
 
 Pods are discovered through the watch hub (one shared pod watch per namespace), so a pod is followed as soon
-as its container has started. Lines are read with timestamps; a per-pod cursor (the last timestamp emitted and
-how many lines carried it) makes every re-read, after a dropped connection or a container restart, resume
-without loss or duplicates. The previous instance of a restarted container is read before the new one.
+as its container has started. "All replicas" are the pods of the kind's pod selector and its extra selectors;
+every selected pod must also pass the kind's ``owns_pod`` (some APIs put no job name on their pods).
+
+Lines are read with timestamps; a per-pod cursor (the last timestamp emitted and how many lines carried it)
+makes every re-read, after a dropped connection or a container restart, resume without loss or duplicates.
+The previous instance of a restarted container is read before the new one.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any, Literal
 
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
-from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
 from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.watch import DELETED, WatchHub
 
@@ -168,10 +171,8 @@ class ReplicaLogStreamer:
         """The pods followed so far."""
         return list(self._pods)
 
-    def _selector(self) -> str:
-        if self.replicas == "master":
-            return self.kind.master_selector(self.job_name)
-        return self.kind.pod_selector(self.job_name)
+    def _selectors(self) -> tuple[str, ...]:
+        return replica_selectors(self.kind, self.job_name, master=self.replicas == "master")
 
     def _wanted(self, replica_type: str) -> bool:
         if isinstance(self.replicas, str):
@@ -186,7 +187,7 @@ class ReplicaLogStreamer:
         hub = self.hub or WatchHub.shared()
         try:
             async with hub.subscribe(
-                self.hook, PODS, self.namespace, label_selector=self._selector()
+                self.hook, PODS, self.namespace, label_selector=self._selectors()
             ) as events:
                 async for event in events:
                     self._on_pod(event.type, event.object)
@@ -219,7 +220,8 @@ class ReplicaLogStreamer:
             await asyncio.wait_for(asyncio.shield(self._finished.wait()), timeout)
 
     async def _read_once(self) -> None:
-        for pod in await self.hook.list_pods(self.namespace, self._selector()):
+        master = self.replicas == "master"
+        for pod in await self.hook.list_job_pods(self.kind, self.job_name, self.namespace, master=master):
             state = self._track(pod)
             if state is not None:
                 await self._read(state)
@@ -236,10 +238,13 @@ class ReplicaLogStreamer:
     def _track(self, pod: dict[str, Any]) -> _Pod | None:
         """Start keeping state for a chosen replica pod (a new one, or a new incarnation of a name)."""
         name = pod["metadata"]["name"]
+        if not self.kind.owns_pod(self.job_name, pod):
+            return None  # selected, but another job's (its labels do not name the job)
         replica = self.kind.replica_of_pod(pod)
         if not self._wanted(replica.replica_type):
             return None
-        label = replica.replica_type.lower() + ("" if replica.index is None else f"-{replica.index}")
+        # Replicas without an index (pods of a ReplicaSet or batch Job) are told apart by their pod names.
+        label = replica.replica_type.lower() + (f" {name}" if replica.index is None else f"-{replica.index}")
         container = _container_name(pod, self.kind.default_container)
         state = _Pod(name, f"[{label}] ", container, pod, self.tail_lines)
         known = self._pods.get(name)

@@ -11,11 +11,12 @@ import pytest
 import pytest_asyncio
 
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.kinds.base import PODS
+from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.logs import LogCursor, ReplicaLogStreamer, split_stamp, stamp_key
 from airflow_provider_training.watch import WatchHub
+from tests.hooks.family_objects import create_edl_children, create_mlkube_pod, mlkube_pod_name
 from tests.hooks.kube_env import (
     cluster_and_hook,
     pod_manifest,
@@ -26,6 +27,8 @@ from tests.hooks.kube_env import (
 )
 
 PYTORCH = get_kind("PyTorchJob")
+EDL = get_kind("TrainingJob", "paddlepaddle.org/v1")
+MXJOB = get_kind("MxJob", "mxnet.mlkube.io/v1beta1")
 C = "pytorch"  # PyTorchJob's default container
 
 
@@ -40,11 +43,13 @@ async def env(
 class Streaming:
     """A streamer running as a task, and the lines it emitted."""
 
-    def __init__(self, hook: AsyncTrainingJobHook, job: str = "job", **options) -> None:
+    def __init__(
+        self, hook: AsyncTrainingJobHook, job: str = "job", kind: JobKind = PYTORCH, **options
+    ) -> None:
         self.lines: list[str] = []
         self.streamer = ReplicaLogStreamer(
             hook,
-            PYTORCH,
+            kind,
             "default",
             job,
             emit=self.lines.append,
@@ -249,6 +254,63 @@ async def test_cancelling_run_stops_everything(env):
     with pytest.raises(asyncio.CancelledError):
         await run.task
     assert all(pod.task.done() for pod in run.streamer._pods.values())
+
+
+def finished_pod(cluster: LocalKube, name: str, *lines: str) -> None:
+    """A pod whose one container wrote ``lines`` and ended."""
+    pod = cluster.store.get(rtype(cluster, PODS), "default", name)
+    container = pod["spec"]["containers"][0]["name"]
+    cluster.logs.start_container("default", name, container)
+    cluster.logs.write("default", name, container, "".join(f"{line}\n" for line in lines))
+    cluster.logs.close_container("default", name, container)
+    set_pod_state(cluster, pod, "Succeeded", "terminated")
+
+
+async def stream_to_the_end(run: Streaming, expected: int) -> list[str]:
+    await run.wait_for(expected)
+    await until(lambda: all(pod.task is not None and pod.task.done() for pod in run.streamer._pods.values()))
+    return await run.stop()
+
+
+@pytest.mark.parametrize(
+    ("replicas", "types"),
+    [("all", ("trainer", "pserver", "master")), (["PSERVER"], ("pserver",)), ("master", ("trainer",))],
+)
+async def test_replicas_found_by_the_kinds_extra_selectors(env, replicas, types):
+    """EDL: trainer, pserver and master pods carry different labels; "all" takes every one of them."""
+    cluster, hook = env
+    pods = create_edl_children(cluster, "example")[PODS.key]
+    theirs = create_edl_children(cluster, "other")[PODS.key]
+    for name in pods + theirs:
+        finished_pod(cluster, name, f"hello from {name}")
+    chosen = [name for name in pods if name.split("-")[1] in types]
+    run = Streaming(hook, "example", EDL, replicas=replicas)
+    lines = await stream_to_the_end(run, len(chosen))
+    assert sorted(lines) == sorted(f"[{n.split('-')[1]} {n}] hello from {n}" for n in chosen)
+    assert sorted(run.streamer.pod_names) == sorted(chosen)
+
+
+async def test_selected_pods_of_another_job_are_left_out(env):
+    """mlkube MxJob pods name no job: the selector takes every MxJob's pods, owns_pod keeps this job's."""
+    cluster, hook = env
+    replicas = (("SCHEDULER", 0), ("SERVER", 0), ("WORKER", 0), ("WORKER", 1))
+    for job in ("mnist", "mnist-big"):
+        for replica_type, index in replicas:
+            finished_pod(cluster, create_mlkube_pod(cluster, job, replica_type, index), f"{job} {index}")
+    run = Streaming(hook, "mnist", MXJOB, replicas="all")
+    lines = await stream_to_the_end(run, len(replicas))
+    assert sorted(lines) == sorted(f"[{t.lower()}-{i}] mnist {i}" for t, i in replicas)
+    assert sorted(run.streamer.pod_names) == sorted(mlkube_pod_name("mnist", t, i) for t, i in replicas)
+
+
+async def test_reading_once_keeps_only_the_jobs_own_master(env):
+    cluster, hook = env
+    for job in ("mnist", "mnist-big"):
+        finished_pod(cluster, create_mlkube_pod(cluster, job, "WORKER", 0), f"{job} says hi")
+    lines: list[str] = []
+    streamer = ReplicaLogStreamer(hook, MXJOB, "default", "mnist", emit=lines.append, hub=WatchHub())
+    await streamer.stop()  # before run(): one read of each chosen pod
+    assert lines == ["[worker-0] mnist says hi"]
 
 
 def test_timestamps_parse_to_nanoseconds():
