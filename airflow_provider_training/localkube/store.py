@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_training.localkube.defaults import apply_on_write
 from airflow_provider_training.localkube.errors import ApiError, check_name
 from airflow_provider_training.localkube.patches import (
     STRATEGIC,
@@ -318,10 +319,10 @@ class Store:
                 meta["namespace"] = namespace
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
             if rt.has_status:
-                obj["status"] = {"phase": "Pending"} if rt.kind == "Pod" and rt.builtin else {}
+                obj["status"] = {}
                 if not rt.builtin:
                     obj.pop("status")
-            obj = self._validate(rt, obj)
+            obj = self._validate(rt, apply_on_write(rt, obj, creating=True))
             if self._objects.get(rt, _Index.name_of(rt, obj)) is not None:
                 name = obj["metadata"]["name"]
                 raise ApiError(
@@ -420,6 +421,7 @@ class Store:
         return new
 
     def _commit(self, rt: ResourceType, current: dict, new: dict, *, validate: bool = True) -> dict:
+        new = apply_on_write(rt, new, creating=False)
         if validate:
             new = self._validate(rt, new)
         if new == current:

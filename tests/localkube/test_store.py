@@ -38,7 +38,8 @@ def test_create_sets_server_metadata_and_drops_custom_status(store: Store) -> No
     assert (meta["namespace"], meta["generation"], meta["resourceVersion"]) == ("ns", 1, "1")
     assert len(meta["uid"]) == 36 and meta["creationTimestamp"].endswith("Z")
     assert "status" not in created and created["apiVersion"] == "kubeflow.org/v1"
-    assert store.create(PODS, "ns", {"metadata": {"name": "p"}})["status"] == {"phase": "Pending"}
+    pod_status = store.create(PODS, "ns", {"metadata": {"name": "p"}})["status"]
+    assert pod_status == {"phase": "Pending", "qosClass": "BestEffort"}
 
 
 def test_create_errors(store: Store) -> None:
