@@ -1,11 +1,12 @@
 """What the API server does to a built-in object on every write: defaulting and conversion.
 
 The real server decodes each write into its internal types, which fills in defaults (a pod's `restartPolicy`,
-a container's `imagePullPolicy`, a ReplicaSet's `spec.replicas`), and serializes fields that are never
-omitted (a ReplicaSet's `status.replicas: 0`). Create also runs the admission plugins and strategies that fill
-in a pod's service account and priority, its first status with the QoS class, and a Job's generated selector.
-Clients deserialize what comes back into typed models that insist on some of these fields, so localkube does
-the same. Custom resources are left alone (their schema defaults belong to the schema validator).
+a container's `imagePullPolicy`, a ReplicaSet's `spec.replicas`), turns a Secret's write-only `stringData`
+into `data`, and serializes fields that are never omitted (a ReplicaSet's `status.replicas: 0`). Create also
+runs the admission plugins and strategies that fill in a pod's service account and priority, its first status
+with the QoS class, and a Job's generated selector. Clients deserialize what comes back into typed models that
+insist on some of these fields, so localkube does the same. Custom resources are left alone (their schema
+defaults belong to the schema validator).
 
 Two deliberate differences: a Job template's pod `restartPolicy` is not defaulted (the real server would
 default it to `Always` and then refuse the Job; localkube accepts the Job and leaves the field unset), and
@@ -14,13 +15,16 @@ nothing is validated beyond what a conversion needs.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from airflow_provider_training.localkube.resources import ResourceType
+from airflow_provider_training.localkube.errors import ApiError
+from airflow_provider_training.localkube.resources import RBAC_GROUP, ResourceType
 
 MAX_INT32 = 2**31 - 1
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
@@ -36,7 +40,8 @@ _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|[a
 
 
 def apply_on_write(rt: ResourceType, obj: dict, *, creating: bool) -> dict:
-    """`obj` (a whole object about to be stored) defaulted and converted, as a copy when anything applies."""
+    """`obj` (a whole object about to be stored) defaulted and converted, as a copy when anything applies;
+    ApiError 400 if it cannot be decoded (a Secret's `data` value that is not base64)."""
     writer = _WRITERS.get(rt.key) if rt.builtin else None
     if writer is None:
         return obj
@@ -188,8 +193,54 @@ def _job(obj: dict, creating: bool) -> None:
         spec["selector"] = {"matchLabels": {JOB_UID_LABEL: uid}}
 
 
+# -- core objects --------------------------------------------------------------------------------------------
+def _secret(obj: dict, creating: bool) -> None:
+    """`stringData` is write-only: merged into `data` (base64), taking precedence, and dropped."""
+    _default(obj, "type", "Opaque")
+    data = obj.get("data") or {}
+    if not isinstance(data, dict):
+        raise _undecodable_secret("data must be an object")
+    for key, value in data.items():
+        try:
+            if not isinstance(value, str):
+                raise TypeError
+            base64.b64decode(value, validate=True)
+        except (TypeError, binascii.Error):
+            raise _undecodable_secret(f"illegal base64 data in data[{key!r}]") from None
+    string_data = obj.pop("stringData", None) or {}
+    if not isinstance(string_data, dict):
+        raise _undecodable_secret("stringData must be an object")
+    for key, value in string_data.items():
+        data[key] = base64.b64encode(str(value).encode()).decode()
+    if data:
+        obj["data"] = data
+    else:
+        obj.pop("data", None)
+
+
+def _undecodable_secret(why: str) -> ApiError:
+    # never quote a value: it would end up in clients' error messages and logs
+    return ApiError.bad_request(f'Secret in version "v1" cannot be handled as a Secret: {why}')
+
+
+def _namespace(obj: dict, creating: bool) -> None:
+    meta = _dict_at(obj, "metadata")
+    _dict_at(meta, "labels")["kubernetes.io/metadata.name"] = meta.get("name")
+    _default(_dict_at(obj, "spec"), "finalizers", ["kubernetes"])
+    _default(_dict_at(obj, "status"), "phase", "Active")
+
+
+def _role_binding(obj: dict, creating: bool) -> None:
+    for subject in obj.get("subjects") or []:
+        if isinstance(subject, dict) and not subject.get("apiGroup"):
+            subject["apiGroup"] = "" if subject.get("kind") == "ServiceAccount" else RBAC_GROUP
+
+
 _WRITERS: dict[str, Callable[[dict, bool], None]] = {
     "pods": _pod,
     "replicasets.apps": _replica_set,
     "jobs.batch": _job,
+    "secrets": _secret,
+    "namespaces": _namespace,
+    "rolebindings.rbac.authorization.k8s.io": _role_binding,
 }

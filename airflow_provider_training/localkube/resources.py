@@ -70,7 +70,39 @@ REPLICASETS = ResourceType(
     "apps", "v1", "replicasets", "ReplicaSet", "replicaset", builtin=True, short_names=("rs",)
 )
 
-BUILTIN_TYPES: tuple[ResourceType, ...] = (PODS, SERVICES, EVENTS, CONFIGMAPS, BATCH_JOBS, REPLICASETS)
+SECRETS = ResourceType("", "v1", "secrets", "Secret", "secret", subresources=frozenset(), builtin=True)
+SERVICE_ACCOUNTS = ResourceType(
+    "",
+    "v1",
+    "serviceaccounts",
+    "ServiceAccount",
+    "serviceaccount",
+    subresources=frozenset(),
+    builtin=True,
+    short_names=("sa",),
+)
+NAMESPACES = ResourceType(
+    "", "v1", "namespaces", "Namespace", "namespace", namespaced=False, builtin=True, short_names=("ns",)
+)
+RBAC_GROUP = "rbac.authorization.k8s.io"
+ROLES = ResourceType(RBAC_GROUP, "v1", "roles", "Role", "role", subresources=frozenset(), builtin=True)
+ROLE_BINDINGS = ResourceType(
+    RBAC_GROUP, "v1", "rolebindings", "RoleBinding", "rolebinding", subresources=frozenset(), builtin=True
+)
+
+BUILTIN_TYPES: tuple[ResourceType, ...] = (
+    PODS,
+    SERVICES,
+    EVENTS,
+    CONFIGMAPS,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    NAMESPACES,
+    BATCH_JOBS,
+    REPLICASETS,
+    ROLES,
+    ROLE_BINDINGS,
+)
 
 
 def _custom(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_training.localkube.resources import EVENTS, PODS, ResourceType
+from airflow_provider_training.localkube.resources import EVENTS, NAMESPACES, PODS, SECRETS, ResourceType
 
 _KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
 _VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
@@ -124,6 +124,8 @@ _EXTRA_FIELDS: dict[str, frozenset[str]] = {
             "status.nominatedNodeName",
         }
     ),
+    SECRETS.key: frozenset({"type"}),
+    NAMESPACES.key: frozenset({"status.phase"}),
     EVENTS.key: frozenset(
         {
             "involvedObject.kind",

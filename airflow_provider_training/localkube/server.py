@@ -114,6 +114,9 @@ class _Api:
         except (ConnectionError, web.HTTPException):
             raise
         except Exception as exc:  # a bug of ours: answer as the real server does, with a Status
+            if "secrets" in request.path.split("/"):  # the exception's text could quote a secret's value
+                log.error("localkube: %s %s failed: %s", request.method, request.path, type(exc).__name__)
+                return error_response(ApiError(500, "InternalError", "Internal error occurred"))
             log.exception("localkube: %s %s failed", request.method, request.path)
             return error_response(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
 
@@ -129,7 +132,7 @@ class _Api:
         parts = [p for p in request.path.split("/") if p]
         if parts in (["version"], ["healthz"], ["readyz"], ["livez"]):
             return self._simple(request, parts[0])
-        if request.method != "GET" and len(parts) <= 3:
+        if request.method != "GET" and len(parts) <= (2 if parts[:1] == ["api"] else 3):  # discovery
             raise ApiError(
                 405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
             )
@@ -157,16 +160,25 @@ class _Api:
             listing = discovery.resource_list(self.store.resource_types(), group, version)
             return json_response(listing or _raise(_NOT_FOUND))
         namespace: str | None = None
-        if rest[0] == "namespaces" and len(rest) >= 3:
-            namespace, rest = rest[1], rest[2:]
+        if rest[0] == "namespaces" and len(rest) >= 3 and self._serves(group, version, rest[2]):
+            namespace, rest = rest[1], rest[2:]  # else `namespaces/{name}/status`: a namespace's subresource
         rt = self.store.resource_type(group, version, rest[0])
+        if rt.namespaced != (namespace is not None) and (len(rest) > 1 or namespace is not None):
+            raise _NOT_FOUND  # an object of a namespaced type needs a namespace, a cluster-scoped one none
         if len(rest) == 1:
             return await self._collection(request, rt, namespace)
-        if namespace is None or len(rest) > 3:
+        if len(rest) > 3:
             raise _NOT_FOUND
         if len(rest) == 3:
-            return await self._subresource(request, rt, namespace, rest[1], rest[2])
-        return await self._object(request, rt, namespace, rest[1])
+            return await self._subresource(request, rt, namespace or "", rest[1], rest[2])
+        return await self._object(request, rt, namespace or "", rest[1])
+
+    def _serves(self, group: str, version: str, plural: str) -> bool:
+        try:
+            self.store.resource_type(group, version, plural)
+        except ApiError:
+            return False
+        return True
 
     # -- verbs ---------------------------------------------------------------------------------------------
     async def _collection(
@@ -189,8 +201,8 @@ class _Api:
             return json_response(
                 {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
             )
-        if request.method == "POST" and namespace is not None:
-            return json_response(self.store.create(rt, namespace, await self._body(request)), 201)
+        if request.method == "POST" and (namespace is not None or not rt.namespaced):
+            return json_response(self.store.create(rt, namespace or "", await self._body(request)), 201)
         if request.method == "DELETE":
             options = await self._body(request, optional=True)
             items = self.store.delete_collection(

@@ -29,7 +29,7 @@ from airflow_provider_training.localkube.patches import (
     merge_patch,
     parse_patch_body,
 )
-from airflow_provider_training.localkube.resources import ResourceType, default_resource_types
+from airflow_provider_training.localkube.resources import NAMESPACES, ResourceType, default_resource_types
 from airflow_provider_training.localkube.selectors import SelectorError, compile_selectors
 from airflow_provider_training.localkube.subscriptions import Subscription, WatchEvent
 
@@ -196,8 +196,11 @@ class Store:
 
     # -- types ---------------------------------------------------------------------------------------------
     def register(self, rt: ResourceType) -> None:
+        """Serve `rt`; serving namespaces creates the `default` one, as every cluster has it."""
         with self._lock:
             self._types[(rt.group, rt.version, rt.plural)] = rt
+            if rt == NAMESPACES and self._objects.get(rt, ("", "default")) is None:
+                self.create(rt, "", {"metadata": {"name": "default"}})
 
     def resource_type(self, group: str, version: str, plural: str) -> ResourceType:
         try:
@@ -317,6 +320,8 @@ class Store:
                 meta.pop(server_field, None)
             if rt.namespaced:
                 meta["namespace"] = namespace
+            else:
+                meta.pop("namespace", None)
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
             if rt.has_status:
                 obj["status"] = {}
@@ -516,7 +521,17 @@ class Store:
                 self._delete(dep_rt, dep, "Background")
         for ref in meta.get("ownerReferences") or []:
             self._finish_foreground(ref.get("uid"))
+        if rt == NAMESPACES:
+            self._empty_namespace(meta["name"])
         return gone
+
+    def _empty_namespace(self, namespace: str) -> None:
+        """What the namespace controller does for a deleted namespace, at once: delete all that is in it."""
+        for rt in list(self._types.values()):
+            if rt.namespaced:
+                for _, obj in list(self._iter(rt, namespace)):
+                    if self._objects.get(rt, _Index.name_of(rt, obj)) is obj:  # not gone with an owner
+                        self._delete(rt, obj, "Background")
 
     def _finish_foreground(self, owner_uid: str | None) -> None:
         found = self._objects.find_uid(owner_uid)

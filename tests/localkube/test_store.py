@@ -33,9 +33,11 @@ def store() -> Store:
 
 
 def test_create_sets_server_metadata_and_drops_custom_status(store: Store) -> None:
+    before = int(store.resource_version)  # the `default` namespace is the first object
     created = store.create(PYTORCH, "ns", job("a"))
     meta = created["metadata"]
-    assert (meta["namespace"], meta["generation"], meta["resourceVersion"]) == ("ns", 1, "1")
+    assert (meta["namespace"], meta["generation"]) == ("ns", 1)
+    assert meta["resourceVersion"] == store.resource_version == str(before + 1)
     assert len(meta["uid"]) == 36 and meta["creationTimestamp"].endswith("Z")
     assert "status" not in created and created["apiVersion"] == "kubeflow.org/v1"
     pod_status = store.create(PODS, "ns", {"metadata": {"name": "p"}})["status"]
