@@ -42,8 +42,10 @@ def watch_custom(
     until: Callable[[dict], bool],
     namespace: str = "default",
     timeout: int = 10,
+    resource_version: str | None = None,
 ) -> list[dict]:
-    """Every state of one custom object seen through a watch, until `until` holds (or fails the test)."""
+    """Every state of one custom object seen through a watch (from its current state, or every change after
+    `resource_version`), until `until` holds (or fails the test)."""
     group, version = api_version.split("/")
     seen: list[dict] = []
     stream = watch.Watch().stream(
@@ -54,6 +56,7 @@ def watch_custom(
         plural,
         field_selector=f"metadata.name={name}",
         timeout_seconds=timeout,
+        **({"resource_version": resource_version} if resource_version else {}),
     )
     for event in stream:
         seen.append(event["object"])
