@@ -200,8 +200,10 @@ class LocalKube:
             return
         asyncio.run_coroutine_threadsafe(self.stop(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(30)
-        self._thread = None
+        thread, self._thread = self._thread, None
+        thread.join(30)
+        if thread.is_alive():  # never leave a server thread behind unnoticed
+            raise RuntimeError("localkube's thread did not end within 30 s of stop")
 
     def __enter__(self) -> LocalKube:
         return self.start_in_thread()

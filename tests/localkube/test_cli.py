@@ -19,30 +19,22 @@ MODULE = "airflow_provider_training.localkube"
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     kubeconfig = tmp_path / "kubeconfig"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            MODULE,
-            "serve",
-            "--port",
-            "0",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--runtime",
-            "none",
-            "--no-controllers",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        yield line, kubeconfig
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0
+    command = [sys.executable, "-m", MODULE, "serve", "--port", "0", "--kubeconfig", str(kubeconfig)]
+    with subprocess.Popen(
+        [*command, "--runtime", "none", "--no-controllers"], stdout=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            yield line, kubeconfig
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                code = process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()  # never leave the server behind
+                raise
+    assert code == 0  # the pipe is closed and the process reaped by now
 
 
 def fault(kubeconfig: Path, *args: str) -> object:
