@@ -72,14 +72,8 @@ class WorkloadController(ReconcileLoop):
         return []
 
     def reconcile(self, key: Any) -> float | None:
-        namespace, name = key
-        try:
-            owner = self.store.get(self.owner_type, namespace, name)
-        except ApiError as exc:
-            if exc.code == 404:
-                return None
-            raise
-        if owner["metadata"].get("deletionTimestamp"):
+        owner = get_live(self.store, self.owner_type, *key)
+        if owner is None:
             return None
         return self.sync(owner, owned_pods(self.store, owner))
 
@@ -238,6 +232,17 @@ def create_pod(
         metadata["annotations"] = tmeta["annotations"]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec") or {}}
     return store.create(PODS, owner["metadata"]["namespace"], pod)
+
+
+def get_live(store: Store, rt: ResourceType, namespace: str, name: str) -> dict | None:
+    """The object to reconcile, or None when it is gone or being deleted."""
+    try:
+        obj = store.get(rt, namespace, name)
+    except ApiError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return None if deleting(obj) else obj
 
 
 def create_quietly(store: Store, rt: ResourceType, namespace: str, obj: dict) -> dict | None:

@@ -34,6 +34,7 @@ from airflow_provider_training.localkube.controllers.builtin import (
     create_quietly,
     delete_quietly,
     folded_script,
+    get_live,
     is_active,
     owner_reference,
     with_script,
@@ -230,13 +231,8 @@ class LegacyMxnetController(ReconcileLoop):
         lineage = next((known for known in self.types.values() if known.api_version == api_version), None)
         if lineage is None:
             return None
-        try:
-            raw = self.store.get(self._rt(lineage), namespace, name)
-        except ApiError as exc:
-            if exc.code == 404:
-                return None
-            raise
-        if raw["metadata"].get("deletionTimestamp"):
+        raw = get_live(self.store, self._rt(lineage), namespace, name)
+        if raw is None:
             return None
         job = MxJob(lineage, raw)
         status = copy.deepcopy(raw.get("status") or {})

@@ -40,6 +40,7 @@ from airflow_provider_training.localkube.controllers.builtin import (
     create_quietly,
     delete_quietly,
     folded_script,
+    get_live,
     with_script,
 )
 from airflow_provider_training.localkube.controllers.kubeflow import phase
@@ -295,12 +296,9 @@ class PaddleEdlController(ReconcileLoop):
             self.autoscale()
             return None
         _, namespace, name = key
-        try:
-            job = self.store.get(self.rt, namespace, name)
-        except ApiError as exc:
-            if exc.code == 404:
-                return None
-            raise
+        job = get_live(self.store, self.rt, namespace, name)
+        if job is None:
+            return None
         crd = self.is_crd(job)
         edl = EdlJob(job, crd)
         if job["metadata"]["uid"] not in self.added:
