@@ -16,7 +16,13 @@ from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.logs import LogCursor, ReplicaLogStreamer, split_stamp, stamp_key
 from airflow_provider_training.watch import WatchHub
-from tests.hooks.family_objects import create_edl_children, create_mlkube_pod, mlkube_pod_name
+from tests.hooks.family_objects import (
+    create_edl_children,
+    create_mlkube_pod,
+    edl_cluster_options,
+    mlkube_pod_name,
+    scripted_edl_job,
+)
 from tests.hooks.kube_env import (
     cluster_and_hook,
     pod_manifest,
@@ -311,6 +317,27 @@ async def test_reading_once_keeps_only_the_jobs_own_master(env):
     streamer = ReplicaLogStreamer(hook, MXJOB, "default", "mnist", emit=lines.append, hub=WatchHub())
     await streamer.stop()  # before run(): one read of each chosen pod
     assert lines == ["[worker-0] mnist says hi"]
+
+
+async def test_every_replica_type_of_an_edl_job_run_by_its_controller(tmp_path, monkeypatch):
+    """The EDL controller's pods: trainers (batch Job), pservers and master (ReplicaSets), labelled apart."""
+    script = {
+        "trainer": {"duration": 0.05, "logs": ["{pod} trains"]},
+        "pserver": {"duration": None, "logs": ["{pod} serves"]},
+        "master": {"duration": None, "logs": ["{pod} coordinates"]},
+    }
+    async with cluster_and_hook(tmp_path, monkeypatch, **edl_cluster_options()) as (_, hook):
+        await hook.create_job(EDL, scripted_edl_job("fit", script), "default")
+        run = Streaming(hook, "fit", EDL, replicas="all")
+        await run.wait_for(5)
+        lines = await run.stop()
+    verbs = {"trainer": "trains", "pserver": "serves", "master": "coordinates"}
+    expected = {f"[{n.split('-')[1]} {n}] {n} {verbs[n.split('-')[1]]}" for n in run.streamer.pod_names}
+    assert sorted(lines) == sorted(expected)
+    assert (
+        sorted(n.split("-")[1] for n in run.streamer.pod_names)
+        == ["master"] + ["pserver"] * 2 + ["trainer"] * 2
+    )
 
 
 def test_timestamps_parse_to_nanoseconds():

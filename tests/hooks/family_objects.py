@@ -117,3 +117,30 @@ def create_mlkube_pod(
 
 def names_in(cluster: LocalKube, resource: Any, namespace: str = "default") -> set[str]:
     return {obj["metadata"]["name"] for obj in cluster.store.list(rtype(cluster, resource), namespace)}
+
+
+def edl_cluster_options() -> dict[str, Any]:
+    """LocalKube options running the EDL controller and the built-in controllers it relies on."""
+    from airflow_provider_training.localkube.controllers.builtin import (
+        BatchJobController,
+        ReplicaSetController,
+    )
+    from airflow_provider_training.localkube.controllers.paddle_edl import PaddleEdlController
+
+    controllers = [PaddleEdlController(), BatchJobController(), ReplicaSetController()]
+    return {"runtime": "scripted", "controllers": controllers}
+
+
+def scripted_edl_job(name: str, script: dict[str, Any]) -> dict[str, Any]:
+    """:func:`edl_training_job`, not elastic (2 trainers), with a scripted timeline per replica type."""
+    import json
+
+    manifest = edl_training_job(name)
+    manifest["spec"]["trainer"]["max-instance"] = 2
+    manifest["metadata"]["annotations"] = {"localkube.dev/script": json.dumps(script)}
+    return manifest
+
+
+def running_pods(cluster: LocalKube, namespace: str = "default") -> set[str]:
+    pods = cluster.store.list(rtype(cluster, PODS), namespace)
+    return {p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Running"}

@@ -10,11 +10,14 @@ from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.family_objects import (
     create_edl_children,
     create_mlkube_pod,
+    edl_cluster_options,
     edl_training_job,
     mlkube_pod_name,
     names_in,
+    running_pods,
+    scripted_edl_job,
 )
-from tests.hooks.kube_env import requests_to
+from tests.hooks.kube_env import cluster_and_hook, requests_to, until
 
 EDL = get_kind("TrainingJob", "paddlepaddle.org/v1")
 MXJOB = get_kind("MxJob", "mxnet.mlkube.io/v1beta1")
@@ -120,3 +123,29 @@ async def test_list_job_pods_keeps_only_the_pods_the_kind_owns(kube, hook):
     assert _names(pods) == sorted(mlkube_pod_name("mnist", t, i) for t, i in expected)
     master = await hook.list_job_pods(MXJOB, "mnist", "default", master=True)
     assert _names(master) == [mlkube_pod_name("mnist", "WORKER", 0)]
+
+
+async def test_children_of_the_edl_controller_are_read_and_cleaned_up(tmp_path, monkeypatch):
+    """The emulated EDL controller makes the children (and the built-in controllers their pods)."""
+    serve = {"duration": None}
+    script = {"trainer": serve, "pserver": serve, "master": serve}
+    async with cluster_and_hook(tmp_path, monkeypatch, **edl_cluster_options()) as (cluster, hook):
+        await hook.create_job(EDL, scripted_edl_job("fit", script), "default")
+        await until(lambda: len(running_pods(cluster)) == 5)  # 2 trainers, 2 pservers, 1 master
+
+        children = await hook.list_children(EDL, "fit", "default")
+        assert _names(children[BATCH_JOBS.key]) == ["fit-trainer"]
+        assert _names(children[REPLICASETS.key]) == ["fit-master", "fit-pserver"]
+        assert _names(children[PODS.key]) == sorted(running_pods(cluster))
+        status = EDL.read_status(await hook.get_job(EDL, "fit", "default"), children)
+        assert status.state == JobState.RUNNING
+        assert {t: (c.desired, c.active) for t, c in status.replicas.items()} == {
+            "TRAINER": (2, 2),
+            "PSERVER": (2, 2),
+            "MASTER": (1, 1),
+        }
+
+        assert await hook.delete_job(EDL, "fit", "default") is True
+        assert names_in(cluster, PODS) == set()
+        assert names_in(cluster, BATCH_JOBS) == names_in(cluster, REPLICASETS) == set()
+        assert await hook.get_job(EDL, "fit", "default") is None
