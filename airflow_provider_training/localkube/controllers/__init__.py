@@ -14,7 +14,22 @@ class Controller(Protocol):
 
 
 def default_controllers() -> list[Controller]:
-    """Every controller a default localkube runs: the Kubeflow Training Operator v1 kinds."""
+    """Every controller a default localkube runs: the Kubeflow Training Operator v1 kinds, the legacy APIs
+    (EDL, both legacy MXNet operators, T9k) and the batch Job / ReplicaSet controllers EDL and mlkube need."""
+    from airflow_provider_training.localkube.controllers.builtin import (
+        BatchJobController,
+        ReplicaSetController,
+    )
     from airflow_provider_training.localkube.controllers.kubeflow import KubeflowController
+    from airflow_provider_training.localkube.controllers.mxnet_legacy import LegacyMxnetController
+    from airflow_provider_training.localkube.controllers.paddle_edl import PaddleEdlController
+    from airflow_provider_training.localkube.controllers.tensorstack import TensorStackController
 
-    return [KubeflowController()]
+    return [
+        KubeflowController(),
+        BatchJobController(),
+        ReplicaSetController(),
+        PaddleEdlController(),
+        LegacyMxnetController(),
+        TensorStackController(),
+    ]
