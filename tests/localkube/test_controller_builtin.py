@@ -234,3 +234,13 @@ def test_replicaset_keeps_its_replicas(kube: KubeClient) -> None:
     apps.patch_namespaced_replica_set("ps", "default", {"spec": {"replicas": 1}})
     status(lambda s: s.replicas == 1 and s.ready_replicas == 1)
     kube.wait_until(lambda: len(kube.core.list_namespaced_pod("default").items) == 1, "one pod left")
+
+
+def test_default_cluster_runs_the_builtin_controllers(localkube: LocalKube) -> None:
+    kube = KubeClient(localkube)
+    try:
+        create_job(kube, "default-pi", pod_template({"default": {"duration": 0.05}}))
+        job = wait_job(kube, "default-pi", lambda j: job_condition(j) is not None)
+        assert job_condition(job) == ("Complete", "CompletionsReached") and job.status.succeeded == 1
+    finally:
+        kube.api.close()
