@@ -340,6 +340,56 @@ async def test_every_replica_type_of_an_edl_job_run_by_its_controller(tmp_path, 
     )
 
 
+async def test_only_the_jobs_own_pods_of_mlkube_mxjobs_run_by_their_controller(tmp_path, monkeypatch):
+    """Two mlkube MxJobs (one name a prefix of the other): the shared selector takes both, owns_pod one."""
+    from airflow_provider_training.localkube.controllers.builtin import BatchJobController
+    from airflow_provider_training.localkube.controllers.mxnet_legacy import LegacyMxnetController
+
+    template = {"spec": {"containers": [{"name": "mxnet", "image": "mxnet"}], "restartPolicy": "OnFailure"}}
+    replicas = [("SCHEDULER", 1), ("SERVER", 1), ("WORKER", 2)]
+    script = {"default": {"duration": 0.05, "logs": ["{pod} says hi"]}}
+    options = {"runtime": "scripted", "controllers": [LegacyMxnetController(), BatchJobController()]}
+    async with cluster_and_hook(tmp_path, monkeypatch, **options) as (cluster, hook):
+        for name in ("mnist", "mnist-big"):
+            job = {
+                "metadata": {"name": name, "annotations": {"localkube.dev/script": json.dumps(script)}},
+                "spec": {
+                    "jobMode": "dist",
+                    "replicaSpecs": [
+                        {"replicas": n, "mxReplicaType": t, "PsRootPort": 9091, "template": template}
+                        for t, n in replicas
+                    ],
+                },
+            }
+            await hook.create_job(MXJOB, job, "default")
+        run = Streaming(hook, "mnist", MXJOB, replicas="all")
+        pods = rtype(cluster, PODS)
+        await until(
+            lambda: (
+                len(
+                    [
+                        p
+                        for p in cluster.store.list(pods, "default")
+                        if p["status"].get("phase") == "Succeeded"
+                    ]
+                )
+                == 8
+            )
+        )
+        await run.wait_for(4)
+        lines = await run.stop()
+        everyone = {p["metadata"]["name"] for p in cluster.store.list(pods, "default")}
+    mine = sorted(n for n in everyone if not n.startswith("mnist-big-"))
+    assert sorted(run.streamer.pod_names) == mine
+    assert sorted(line.split("] ", 1)[1] for line in lines) == [f"{n} says hi" for n in mine]
+    assert {line.split("] ", 1)[0] for line in lines} == {
+        "[scheduler-0",
+        "[server-0",
+        "[worker-0",
+        "[worker-1",
+    }
+
+
 def test_timestamps_parse_to_nanoseconds():
     assert stamp_key("2026-01-01T00:00:01.5Z") - stamp_key("2026-01-01T00:00:01.000000001Z") == 499_999_999
     assert stamp_key("2026-01-01T00:00:01Z") == stamp_key("2026-01-01T01:00:01+01:00")
