@@ -364,18 +364,11 @@ async def test_only_the_jobs_own_pods_of_mlkube_mxjobs_run_by_their_controller(t
             await hook.create_job(MXJOB, job, "default")
         run = Streaming(hook, "mnist", MXJOB, replicas="all")
         pods = rtype(cluster, PODS)
-        await until(
-            lambda: (
-                len(
-                    [
-                        p
-                        for p in cluster.store.list(pods, "default")
-                        if p["status"].get("phase") == "Succeeded"
-                    ]
-                )
-                == 8
-            )
-        )
+
+        def succeeded() -> int:
+            return [p["status"].get("phase") for p in cluster.store.list(pods, "default")].count("Succeeded")
+
+        await until(lambda: succeeded() == 8)  # both jobs' pods ran and wrote their logs
         await run.wait_for(4)
         lines = await run.stop()
         everyone = {p["metadata"]["name"] for p in cluster.store.list(pods, "default")}
