@@ -18,7 +18,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_training import diagnostics as diag
-from airflow_provider_training.kinds.base import PODS, JobKind, JobState, JobStatus, RawObject, parse_time
+from airflow_provider_training.kinds.base import (
+    PODS,
+    JobKind,
+    JobState,
+    JobStatus,
+    RawObject,
+    ResourceRef,
+    parse_time,
+)
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
@@ -28,6 +36,7 @@ if TYPE_CHECKING:
 TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
 LOG_FLUSH_SECONDS = 10.0
+CATCH_UP_LINES = 200  # log lines read from a replica the job finished too fast to follow
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 
 
@@ -62,14 +71,8 @@ class JobWaiter:
         options: WaitOptions,
         log: Any,
     ):
-        self.hook, self.kind, self.name, self.namespace, self.opts, self.log = (
-            hook,
-            kind,
-            name,
-            namespace,
-            options,
-            log,
-        )
+        self.hook, self.kind, self.name, self.namespace = hook, kind, name, namespace
+        self.opts, self.log = options, log
         self.job: RawObject | None = None
         self.children: dict[str, dict[str, RawObject]] = {}  # by resource key, then name
         self.pods: dict[str, RawObject] = {}
@@ -96,44 +99,27 @@ class JobWaiter:
         tasks: list[asyncio.Task[Any]] = []
         try:
             async with contextlib.AsyncExitStack() as stack:
-                subs: list[tuple[str, Any]] = [
-                    (
-                        "job",
-                        await stack.enter_async_context(
-                            hub.subscribe(self.hook, self.kind.resource, self.namespace, name=self.name)
-                        ),
-                    )
+                watched: list[tuple[str, ResourceRef, dict[str, str]]] = [
+                    ("job", self.kind.resource, {"name": self.name}),
+                    ("pod", PODS, {"label_selector": self.kind.pod_selector(self.name)}),
                 ]
-                subs.append(
-                    (
-                        "pod",
-                        await stack.enter_async_context(
-                            hub.subscribe(
-                                self.hook,
-                                PODS,
-                                self.namespace,
-                                label_selector=self.kind.pod_selector(self.name),
-                            )
-                        ),
-                    )
-                )
                 for child in self.kind.children:
                     if child.needed_for_status:
                         self.children[child.resource.key] = {}
-                        subs.append(
+                        watched.append(
                             (
                                 child.resource.key,
-                                await stack.enter_async_context(
-                                    hub.subscribe(
-                                        self.hook,
-                                        child.resource,
-                                        self.namespace,
-                                        label_selector=child.selector(self.name),
-                                    )
-                                ),
+                                child.resource,
+                                {"label_selector": child.selector(self.name)},
                             )
                         )
-                tasks = [asyncio.create_task(_pump(tag, sub, queue)) for tag, sub in subs]
+                for tag, resource, selection in watched:
+                    sub = await stack.enter_async_context(
+                        hub.subscribe(self.hook, resource, self.namespace, **selection)
+                    )
+                    tasks.append(asyncio.create_task(_pump(tag, sub, queue)))
+                stack.push_async_callback(_cancel, tasks)  # before the subscriptions close
+                self._began = datetime.now(UTC)
                 if self.opts.get_logs:
                     self._streamer = self._log_streamer()
                     tasks.append(asyncio.create_task(self._streamer.run()))
@@ -147,10 +133,6 @@ class JobWaiter:
         except Exception as exc:  # an event, never a crashed trigger
             self.log.exception("Waiting for %s failed", self.label)
             return await self._event(_Finished("error", f"{type(exc).__name__}: {exc}", self.status))
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _step(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         try:
@@ -306,15 +288,19 @@ class JobWaiter:
             "log_tail": {},
             "events": [],
         }
-        if done.status in ("failed", "timeout"):
-            with contextlib.suppress(Exception):
-                await self._explain(event)
+        if done.status in ("success", "failed", "timeout"):
+            with contextlib.suppress(Exception):  # the event goes out even if these reads fail
+                # The pods as they are now: the job may have ended before their watch events arrived.
+                pods = await self.hook.list_pods(self.namespace, self.kind.pod_selector(self.name))
+                event["pods"] = sorted(self.seen_pods | {diag.pod_name(p) for p in pods})
+                if self._streamer is not None:
+                    await self._catch_up_logs(pods)
+                if done.status != "success":
+                    await self._explain(event, pods)
         return event
 
-    async def _explain(self, event: dict[str, Any]) -> None:
+    async def _explain(self, event: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         """Failing replicas with exit codes, their last log lines, and the recent Warning events."""
-        pods = await self.hook.list_pods(self.namespace, self.kind.pod_selector(self.name))
-        event["pods"] = sorted(self.seen_pods | {diag.pod_name(p) for p in pods})
         failures = diag.replica_failures(self.kind, pods)
         event["replica_failures"] = failures
         events = list(await self.hook.list_events(self.namespace, self.name, self.kind.kind))
@@ -337,6 +323,27 @@ class JobWaiter:
                     return text.splitlines()[-TAIL_LINES:]
         return []
 
+    async def _catch_up_logs(self, pods: list[dict[str, Any]]) -> None:
+        """Emit the logs of chosen replicas the streamer never got to follow (a job that ended at once)."""
+        from airflow_provider_training.localkube.selectors import labels_match, parse_label_selector
+
+        choice = self.opts.log_replicas
+        selector = parse_label_selector(self.kind.master_selector(self.name)) if choice == "master" else []
+        wanted = None if isinstance(choice, str) else {t.lower() for t in choice}
+        for pod in pods:
+            replica = self.kind.replica_of_pod(pod)
+            if not labels_match(selector, pod) or (wanted and replica.replica_type.lower() not in wanted):
+                continue
+            if self._streamer.tail(replica.name) or not diag.pod_started(pod):
+                continue
+            container = diag.main_container(pod, self.kind.default_container)
+            text = await self.hook.read_log(
+                self.namespace, replica.name, container, tail_lines=CATCH_UP_LINES
+            )
+            label = replica.replica_type.lower() + ("" if replica.index is None else f"-{replica.index}")
+            for line in text.splitlines():
+                self.log.info("[%s] %s", label, line)
+
     def identity(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -355,6 +362,12 @@ async def _pump(tag: str, sub: Any, queue: asyncio.Queue[tuple[str, Any]]) -> No
         raise
     except Exception as exc:
         await queue.put(("error", exc))
+
+
+async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _uid(obj: Mapping[str, Any]) -> str | None:

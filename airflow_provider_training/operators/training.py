@@ -167,21 +167,21 @@ class TrainingJobOperator(BaseOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        """Turn the trigger's event into the XCom result or a :class:`TrainingJobError`, then clean up."""
+        """Turn the trigger's event into the XCom result or a :class:`TrainingJobError`, then clean up.
+
+        A timed-out job is deleted; a finished one as ``on_finish_action`` says; after an ``error`` event
+        (the wait broke, not the job) the job is kept.
+        """
         self._job_ref = ref = dict(event.get("job") or self._job_ref or {})
         status = event.get("status")
         state = (event.get("job_status") or {}).get("state")
-        delete = status == "timeout" or (
-            state in ("Succeeded", "Failed")
-            and (
-                self.on_finish_action == "delete"
-                or (self.on_finish_action == "delete_succeeded" and state == "Succeeded")
-            )
+        finish_deletes = self.on_finish_action == "delete" or (
+            self.on_finish_action == "delete_succeeded" and state == "Succeeded"
         )
-        if delete and ref:
-            self._delete(
-                ref, f"on_finish_action={self.on_finish_action!r}" if status != "timeout" else "timeout"
-            )
+        if ref and status == "timeout":
+            self._delete(ref, "timeout")
+        elif ref and state in ("Succeeded", "Failed") and finish_deletes:
+            self._delete(ref, f"on_finish_action={self.on_finish_action!r}")
         if status != "success":
             raise TrainingJobError(failure_message(event), event)
         result = build_result(event)
@@ -197,8 +197,11 @@ class TrainingJobOperator(BaseOperator):
         self._submitter().delete(get_kind(ref["kind"], ref["api_version"]), ref["name"], ref["namespace"])
 
     def on_kill(self) -> None:
-        """Delete the job (unless ``on_kill_action="keep"``); runs in a helper thread so it also works from a
-        signal handler interrupting the inline wait's event loop."""
+        """Delete the job (unless ``on_kill_action="keep"``).
+
+        Runs in a helper thread: on SIGTERM this is called from a signal handler that interrupts the inline
+        wait's event loop, where resolving the connection synchronously is not allowed.
+        """
         if self.on_kill_action != "delete" or not self._job_ref:
             return
         ref = self._job_ref
