@@ -122,6 +122,17 @@ class _Pod:
         return {}
 
     @property
+    def has_run(self) -> bool:
+        """Whether the container has started at some point (so it has a log to read)."""
+        status = self.container_status()
+        state = status.get("state") or {}
+        return bool(
+            state.get("running")
+            or state.get("terminated")
+            or (status.get("lastState") or {}).get("terminated")
+        )
+
+    @property
     def phase(self) -> str:
         return str((self.pod.get("status") or {}).get("phase") or "")
 
@@ -205,12 +216,13 @@ class ReplicaLogStreamer:
     async def stop(self, timeout: float = 10.0) -> None:
         """Stop following and read what each started pod wrote since its last emitted line.
 
-        Called before :meth:`run` got to start (a job that finished at once), it reads each chosen pod once.
+        The chosen pods are listed once more, so pods never followed are read too: those whose watch events
+        had not arrived yet, and all of them when :meth:`run` never got to start (a job that ended at once).
         """
         if self._runner is None and not self._stopping:
             self._stopping = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._read_once(), timeout)
+                await asyncio.wait_for(self._flush(), timeout)
             return
         if self._runner is None or self._runner.done():
             return
@@ -218,13 +230,6 @@ class ReplicaLogStreamer:
         self._runner.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._finished.wait()), timeout)
-
-    async def _read_once(self) -> None:
-        master = self.replicas == "master"
-        for pod in await self.hook.list_job_pods(self.kind, self.job_name, self.namespace, master=master):
-            state = self._track(pod)
-            if state is not None:
-                await self._read(state)
 
     def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
         known = self._pods.get(pod["metadata"]["name"])
@@ -261,7 +266,20 @@ class ReplicaLogStreamer:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _flush(self) -> None:
-        started = [pod for pod in self._pods.values() if pod.restarts_read is not None and not pod.deleted]
+        master = self.replicas == "master"
+        try:
+            listed = await self.hook.list_job_pods(self.kind, self.job_name, self.namespace, master=master)
+        except Exception as err:
+            if not is_transient(err):
+                raise
+            listed = []  # read the pods known so far
+        for pod in listed:
+            known = self._pods.get(pod["metadata"]["name"])
+            if known is not None and known.uid == _uid(pod):
+                known.pod = pod
+            else:
+                self._track(pod)
+        started = [pod for pod in self._pods.values() if pod.has_run and not pod.deleted]
         await asyncio.gather(*(self._read(pod) for pod in started), return_exceptions=True)
 
     # -- one pod ---------------------------------------------------------------------------------------------
@@ -277,11 +295,7 @@ class ReplicaLogStreamer:
             pod.changed.clear()
             status = pod.container_status()
             state = status.get("state") or {}
-            if not (
-                state.get("running")
-                or state.get("terminated")
-                or status.get("lastState", {}).get("terminated")
-            ):
+            if not pod.has_run:
                 if pod.phase in _TERMINAL_PHASES:
                     return  # it ended without ever starting this container
                 await pod.wait_change()

@@ -251,6 +251,18 @@ async def test_stop_before_run_started_reads_each_pod_once(env):
     assert lines == ["[master-0] quick job"]
 
 
+async def test_stop_reads_pods_whose_watch_events_had_not_arrived(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "all\nat once\n")
+    cluster.logs.close_container("default", master, C)
+    set_state(cluster, master, "Succeeded", "terminated")
+    run = Streaming(hook)
+    await asyncio.sleep(0)  # run() has started and waits for the pod watch's first answer
+    assert run.streamer.pod_names == []
+    assert await run.stop() == ["[master-0] all", "[master-0] at once"]
+
+
 async def test_cancelling_run_stops_everything(env):
     cluster, hook = env
     add_pod(cluster, "Master", 0)
