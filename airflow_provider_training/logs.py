@@ -23,7 +23,7 @@ from typing import Any, Literal
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
-from airflow_provider_training.kinds.base import PODS, JobKind
+from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
 from airflow_provider_training.watch import DELETED, WatchHub
 
 log = logging.getLogger(__name__)
@@ -248,10 +248,8 @@ class ReplicaLogStreamer:
         replica = self.kind.replica_of_pod(pod)
         if not self._wanted(replica.replica_type):
             return None
-        # Replicas without an index (pods of a ReplicaSet or batch Job) are told apart by their pod names.
-        label = replica.replica_type.lower() + (f" {name}" if replica.index is None else f"-{replica.index}")
         container = _container_name(pod, self.kind.default_container)
-        state = _Pod(name, f"[{label}] ", container, pod, self.tail_lines)
+        state = _Pod(name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines)
         known = self._pods.get(name)
         if known is not None:  # deleted and created again under the same name (operators recreate pods)
             known.update(None)
@@ -366,6 +364,14 @@ class ReplicaLogStreamer:
     def _emit(self, pod: _Pod, text: str) -> None:
         pod.tail.append(text)
         self.emit(pod.prefix + text)
+
+
+def replica_label(replica: ReplicaPod) -> str:
+    """How a replica's log lines are prefixed: ``worker-0``; replicas without an index (pods of a ReplicaSet
+    or batch Job) are told apart by their pod names: ``trainer example-trainer-x7k2p``."""
+    return replica.replica_type.lower() + (
+        f" {replica.name}" if replica.index is None else f"-{replica.index}"
+    )
 
 
 def _retry_later(err: BaseException) -> bool:
