@@ -35,6 +35,13 @@ def _choice(name: str, value: Any, allowed: Sequence[Any]) -> Any:
     return value
 
 
+def check_log_replicas(value: str | Sequence[str]) -> str | list[str]:
+    """``"master"``, ``"all"`` or a list of replica types (kept JSON-friendly for the trigger)."""
+    if isinstance(value, str):
+        return _choice("log_replicas", value, ("master", "all"))
+    return [str(v) for v in value]
+
+
 class TrainingJobOperator(BaseOperator):
     """Submit a training job (any registered kind), wait for it, and return its result.
 
@@ -103,7 +110,7 @@ class TrainingJobOperator(BaseOperator):
         self.on_finish_action = _choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
         self.on_kill_action = _choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
         self.get_logs = get_logs
-        self.log_replicas = log_replicas
+        self.log_replicas = check_log_replicas(log_replicas)
         self.startup_timeout = startup_timeout
         self.poll_interval = poll_interval
         self.labels = dict(labels or {})

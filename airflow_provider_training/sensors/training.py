@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
+from airflow_provider_training.operators.training import check_log_replicas
 from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class TrainingJobSensor(BaseSensorOperator):
         self.target_state = target_state
         self.deferrable = deferrable
         self.get_logs = get_logs
-        self.log_replicas = log_replicas
+        self.log_replicas = check_log_replicas(log_replicas)
 
     def _job_kind(self) -> Any:
         from airflow_provider_training.kinds.registry import get_kind

@@ -351,3 +351,18 @@ def test_job_sources(cluster, tmp_path, source):
     )
 
     assert result["state"] == "Succeeded" and result["kind"] == "PyTorchJob"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"wait_until": "Failed"},
+        {"action_if_job_exists": "timestamp"},
+        {"on_finish_action": "delete_pod"},
+        {"on_kill_action": "keep_pod"},
+        {"log_replicas": "workers"},
+    ],
+)
+def test_parameters_are_checked_when_the_dag_is_parsed(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        PyTorchJobOperator(task_id="train", job={}, **kwargs)
