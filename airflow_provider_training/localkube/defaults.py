@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from airflow_provider_training.localkube.copying import clone
 from airflow_provider_training.localkube.errors import ApiError
 from airflow_provider_training.localkube.resources import RBAC_GROUP, ResourceType
 
@@ -45,7 +45,7 @@ def apply_on_write(rt: ResourceType, obj: dict, *, creating: bool) -> dict:
     writer = _WRITERS.get(rt.key) if rt.builtin else None
     if writer is None:
         return obj
-    obj = copy.deepcopy(obj)
+    obj = clone(obj)
     writer(obj, creating)
     return obj
 
@@ -184,7 +184,7 @@ def _job(obj: dict, creating: bool) -> None:
     meta = _dict_at(obj, "metadata")
     template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
     if template_labels and not meta.get("labels"):
-        meta["labels"] = copy.deepcopy(template_labels)
+        meta["labels"] = clone(template_labels)
     _template_spec(spec, restart_policy=False)
     if creating and spec.get("manualSelector") is not True:
         uid, name = meta["uid"], meta["name"]

@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from airflow_provider_training.localkube.resources import EVENTS
 from airflow_provider_training.localkube.store import ApiError, Store, now_rfc3339
 
-MAX_EVENTS_PER_NAMESPACE = 1000
+MAX_EVENTS_PER_NAMESPACE = 5000
 _SAME_EVENT = "localkube/same-event"
 _NAMESPACE = "localkube/namespace"
 

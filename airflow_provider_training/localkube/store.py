@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import copy
 import itertools
 import json
 import random
@@ -20,6 +19,7 @@ from collections.abc import Callable, Hashable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_training.localkube.copying import clone
 from airflow_provider_training.localkube.defaults import apply_on_write
 from airflow_provider_training.localkube.errors import ApiError, check_name
 from airflow_provider_training.localkube.patches import (
@@ -224,7 +224,7 @@ class Store:
     # -- reads ---------------------------------------------------------------------------------------------
     def get(self, rt: ResourceType, namespace: str, name: str) -> dict:
         with self._lock:
-            return copy.deepcopy(self._raw(rt, namespace, name))
+            return clone(self._raw(rt, namespace, name))
 
     def list(
         self,
@@ -262,7 +262,7 @@ class Store:
                 items = items[:limit]
                 last = items[-1]["metadata"]
                 token = _encode_continue(self._rv, (last.get("namespace", ""), last["name"]))
-            return copy.deepcopy(items), str(self._rv), token
+            return clone(items), str(self._rv), token
 
     def _predicate(
         self, rt: ResourceType, label_selector: str | None, field_selector: str | None
@@ -296,7 +296,7 @@ class Store:
         index never added."""
         with self._lock:
             names = itertools.islice(self._objects.secondary(rt, index, key), limit)
-            return [copy.deepcopy(self._objects.by_type[_gvp(rt)][name]) for name in names]
+            return [clone(self._objects.by_type[_gvp(rt)][name]) for name in names]
 
     def index_count(self, rt: ResourceType, index: str, key: Hashable) -> int:
         with self._lock:
@@ -304,7 +304,7 @@ class Store:
 
     # -- writes --------------------------------------------------------------------------------------------
     def create(self, rt: ResourceType, namespace: str, obj: dict) -> dict:
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         if rt.namespaced and meta.get("namespace") not in (None, "", namespace):
             raise ApiError.bad_request(
@@ -339,7 +339,7 @@ class Store:
             obj["metadata"]["resourceVersion"] = self._next_rv()
             self._objects.put(rt, obj)
             self._publish("ADDED", rt, obj)
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def _validate(self, rt: ResourceType, obj: dict) -> dict:
         return self.validator(rt, obj) if self.validator else obj
@@ -383,8 +383,8 @@ class Store:
         """Controller helper: write `.status` unconditionally (no resourceVersion check, no schema)."""
         with self._lock:
             current = self._raw(rt, namespace, name)
-            new = copy.deepcopy(current)
-            new["status"] = copy.deepcopy(status)
+            new = clone(current)
+            new["status"] = clone(status)
             return self._commit(rt, current, new, validate=False)
 
     def _check_rv(self, rt: ResourceType, current: dict, rv: Any) -> None:
@@ -402,13 +402,13 @@ class Store:
     def _updated(rt: ResourceType, current: dict, body: dict, subresource: str | None) -> dict:
         """The object a write produces: /status changes only status, the main endpoint everything else."""
         if subresource == "status":
-            new = copy.deepcopy(current)
+            new = clone(current)
             if body.get("status") is None:
                 new.pop("status", None)
             else:
-                new["status"] = copy.deepcopy(body["status"])
+                new["status"] = clone(body["status"])
             return new
-        new = copy.deepcopy(body)
+        new = clone(body)
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -420,7 +420,7 @@ class Store:
                 meta.pop(server_field, None)
         if rt.has_status:
             if "status" in current:
-                new["status"] = copy.deepcopy(current["status"])
+                new["status"] = clone(current["status"])
             else:
                 new.pop("status", None)
         return new
@@ -430,7 +430,7 @@ class Store:
         if validate:
             new = self._validate(rt, new)
         if new == current:
-            return copy.deepcopy(current)
+            return clone(current)
         if _spec_of(rt, new) != _spec_of(rt, current):
             new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
         meta = new["metadata"]
@@ -439,7 +439,7 @@ class Store:
         meta["resourceVersion"] = self._next_rv()
         self._objects.put(rt, new)
         self._publish("MODIFIED", rt, new, current)
-        return copy.deepcopy(new)
+        return clone(new)
 
     # -- delete and garbage collection ---------------------------------------------------------------------
     def delete(
@@ -449,7 +449,7 @@ class Store:
         if policy not in ("Background", "Foreground", "Orphan"):
             raise ApiError.bad_request(f'propagationPolicy: Unsupported value: "{policy}"')
         with self._lock:
-            return copy.deepcopy(self._delete(rt, self._raw(rt, namespace, name), policy))
+            return clone(self._delete(rt, self._raw(rt, namespace, name), policy))
 
     def delete_collection(
         self,
@@ -507,7 +507,7 @@ class Store:
     def _remove(self, rt: ResourceType, obj: dict) -> dict:
         meta = obj["metadata"]
         previous = self._objects.pop(rt, obj)
-        gone = copy.deepcopy(obj)
+        gone = clone(obj)
         gone["metadata"]["resourceVersion"] = self._next_rv()
         self._publish("DELETED", rt, gone, previous)
         uid = meta["uid"]
@@ -554,7 +554,7 @@ class Store:
         return str(self._rv)
 
     def _publish(self, type_: str, rt: ResourceType, obj: dict, old: dict | None = None) -> None:
-        event = WatchEvent(type_, rt, copy.deepcopy(obj), copy.deepcopy(old) if old is not None else None)
+        event = WatchEvent(type_, rt, clone(obj), clone(old) if old is not None else None)
         self._history.append(event)
         while len(self._history) > max(self.history_size, 1):
             self._floor = self._history.popleft().resource_version
@@ -582,8 +582,7 @@ class Store:
         with self._lock:
             if resource_version in (None, "", "0"):
                 initial = [
-                    WatchEvent("ADDED", rt, copy.deepcopy(obj))
-                    for _, obj in sorted(self._iter(rt, namespace))
+                    WatchEvent("ADDED", rt, clone(obj)) for _, obj in sorted(self._iter(rt, namespace))
                 ]
             else:
                 try:
@@ -595,7 +594,7 @@ class Store:
                 if since < self._floor:
                     raise ApiError.expired(f"too old resource version: {since} ({self._floor})")
                 initial = [
-                    WatchEvent(ev.type, ev.rt, copy.deepcopy(ev.object), copy.deepcopy(ev.old))
+                    WatchEvent(ev.type, ev.rt, clone(ev.object), clone(ev.old))
                     for ev in self._history
                     if ev.resource_version > since
                     and ev.rt == rt

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_training.localkube.copying import clone
 from airflow_provider_training.localkube.resources import ResourceType
 
 
@@ -65,7 +65,7 @@ class Subscription:
                 raise StopAsyncIteration
             self.last_rv = max(self.last_rv, event.resource_version)
             if self._matches(event):
-                return WatchEvent(event.type, event.rt, copy.deepcopy(event.object), copy.deepcopy(event.old))
+                return WatchEvent(event.type, event.rt, clone(event.object), clone(event.old))
 
     def close(self) -> None:
         if not self.closed:
