@@ -98,3 +98,20 @@ def test_connection_resolved_in_the_callers_thread(thread_kube, monkeypatch):
 def test_missing_named_connection_fails_clearly():
     with pytest.raises(AirflowNotFoundException):
         TrainingJobHook("nope").get_namespace()
+
+
+def test_children_and_replica_pods_without_await(thread_kube, sync_hook):
+    from tests.hooks.family_objects import create_edl_children
+
+    edl = get_kind("TrainingJob", "paddlepaddle.org/v1")
+    created = create_edl_children(thread_kube, "example")
+    children = sync_hook.list_children(edl, "example", "default")
+    assert {key: len(items) for key, items in children.items()} == {
+        "jobs.batch": 1,
+        "replicasets.apps": 2,
+        "pods": 5,
+    }
+    pods = sync_hook.list_job_pods(edl, "example", "default")
+    assert sorted(p["metadata"]["name"] for p in pods) == sorted(created["pods"])
+    assert sync_hook.delete_job(edl, "example", "default") is False  # no TrainingJob; its children go
+    assert sync_hook.list_job_pods(edl, "example", "default") == []
