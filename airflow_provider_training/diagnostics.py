@@ -50,12 +50,6 @@ def pod_started(pod: RawObject) -> bool:
     return (pod.get("status") or {}).get("phase") in STARTED_PHASES
 
 
-def main_container(pod: RawObject, default: str) -> str:
-    """The kind's default container if the pod has one, else its first container."""
-    names = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
-    return default if default in names or not names else names[0]
-
-
 def pod_name(pod: RawObject) -> str:
     return str((pod.get("metadata") or {}).get("name", ""))
 

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
 LOG_FLUSH_SECONDS = 10.0
-CATCH_UP_LINES = 200  # log lines read from a replica the job finished too fast to follow
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 
 
@@ -293,8 +292,6 @@ class JobWaiter:
                 # The pods as they are now: the job may have ended before their watch events arrived.
                 pods = await self.hook.list_pods(self.namespace, self.kind.pod_selector(self.name))
                 event["pods"] = sorted(self.seen_pods | {diag.pod_name(p) for p in pods})
-                if self._streamer is not None:
-                    await self._catch_up_logs(pods)
                 if done.status != "success":
                     await self._explain(event, pods)
         return event
@@ -322,27 +319,6 @@ class JobWaiter:
                 if text.strip():
                     return text.splitlines()[-TAIL_LINES:]
         return []
-
-    async def _catch_up_logs(self, pods: list[dict[str, Any]]) -> None:
-        """Emit the logs of chosen replicas the streamer never got to follow (a job that ended at once)."""
-        from airflow_provider_training.localkube.selectors import labels_match, parse_label_selector
-
-        choice = self.opts.log_replicas
-        selector = parse_label_selector(self.kind.master_selector(self.name)) if choice == "master" else []
-        wanted = None if isinstance(choice, str) else {t.lower() for t in choice}
-        for pod in pods:
-            replica = self.kind.replica_of_pod(pod)
-            if not labels_match(selector, pod) or (wanted and replica.replica_type.lower() not in wanted):
-                continue
-            if self._streamer.tail(replica.name) or not diag.pod_started(pod):
-                continue
-            container = diag.main_container(pod, self.kind.default_container)
-            text = await self.hook.read_log(
-                self.namespace, replica.name, container, tail_lines=CATCH_UP_LINES
-            )
-            label = replica.replica_type.lower() + ("" if replica.index is None else f"-{replica.index}")
-            for line in text.splitlines():
-                self.log.info("[%s] %s", label, line)
 
     def identity(self) -> dict[str, Any]:
         return {
