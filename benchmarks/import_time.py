@@ -29,13 +29,21 @@ CASES = {
 PROBE = "import time\n_t = time.perf_counter()\n{code}\nprint(time.perf_counter() - _t)"
 
 
-def measure(code: str, repeat: int) -> list[float]:
-    """Seconds spent importing, per fresh interpreter (after one warm-up run for the OS file cache)."""
-    timings = []
-    for i in range(repeat + 1):
-        out = subprocess.run([sys.executable, "-c", PROBE.format(code=code)], check=True, capture_output=True)
-        if i:
-            timings.append(float(out.stdout.split()[-1]))
+def import_seconds(code: str) -> float:
+    """Seconds one fresh interpreter spends running ``code``."""
+    out = subprocess.run([sys.executable, "-c", PROBE.format(code=code)], check=True, capture_output=True)
+    return float(out.stdout.split()[-1])
+
+
+def measure(repeat: int) -> dict[str, list[float]]:
+    """Timings per case, the cases interleaved round by round so that load drift hits them alike (one
+    warm-up round first, for the OS file cache)."""
+    timings: dict[str, list[float]] = {name: [] for name in CASES}
+    for round_ in range(repeat + 1):
+        for name, code in CASES.items():
+            seconds = import_seconds(code)
+            if round_:
+                timings[name].append(seconds)
     return timings
 
 
@@ -43,11 +51,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
-    medians = {name: statistics.median(measure(code, args.repeat)) for name, code in CASES.items()}
+    timings = measure(args.repeat)
+    medians = {name: statistics.median(values) for name, values in timings.items()}
     base = medians["airflow.sdk alone"]
-    print(f"{'import':<42} {'median ms':>10} {'added ms':>10}   (n={args.repeat})")
+    print(f"{'import':<42} {'median ms':>10} {'added ms':>10} {'min ms':>8}   (n={args.repeat})")
     for name, value in medians.items():
-        print(f"{name:<42} {value * 1000:>10.0f} {(value - base) * 1000:>+10.0f}")
+        added = (value - base) * 1000
+        print(f"{name:<42} {value * 1000:>10.0f} {added:>+10.0f} {min(timings[name]) * 1000:>8.0f}")
 
 
 if __name__ == "__main__":

@@ -101,11 +101,18 @@ class TrainingJobSensor(BaseSensorOperator):
             return super().execute(context)
         import pendulum
 
-        with self._submitter().hook() as hook:
+        from airflow_provider_training.waiting import run_inline
+
+        submitter = self._submitter()
+        with submitter.hook() as hook:
             namespace = self.namespace or hook.get_namespace()
         deadline = pendulum.now("UTC") + timedelta(seconds=float(self.timeout))
+        trigger = self._trigger(namespace, deadline.isoformat())
+        _, status = submitter.read(self._job_kind(), self.job_name, namespace)
+        if status is not None and (status.state.terminal or status.state.value == self.target_state):
+            return self.execute_complete(context, run_inline(trigger))  # done already: no deferral
         self.defer(
-            trigger=self._trigger(namespace, deadline.isoformat()),
+            trigger=trigger,
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout) + max(60.0, 2 * float(self.poke_interval))),
         )

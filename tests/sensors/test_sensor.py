@@ -8,7 +8,16 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow_provider_training import sensors
 from airflow_provider_training.results import TrainingJobSensorError
 from airflow_provider_training.sensors import TrainingJobSensor
-from tests.operators.harness import KINDS, MODES, NAMESPACE, make_context, manifest, resource, run_operator
+from tests.operators.harness import (
+    KINDS,
+    MODES,
+    NAMESPACE,
+    make_context,
+    manifest,
+    resource,
+    run_operator,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -87,3 +96,14 @@ def test_poke_reads_the_status_once_and_waits_for_a_missing_job(cluster):
 def test_generic_sensor_needs_a_kind():
     with pytest.raises(ValueError, match="kind is required"):
         TrainingJobSensor(task_id="wait", job_name="x")
+
+
+def test_deferrable_sensor_on_a_finished_job_does_not_defer(cluster):
+    case = KINDS[1]
+    create(cluster, case, "sensor-done", {"default": {"duration": 0.05}})
+    sensor = sensor_for(case, "sensor-done", deferrable=True)
+    wait_for(lambda: sensor.poke(make_context()))  # until it finished
+
+    result = sensor.execute(make_context())  # no TaskDeferred
+
+    assert result["state"] == "Succeeded" and result["name"] == "sensor-done"
