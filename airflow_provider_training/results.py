@@ -83,7 +83,7 @@ def failure_message(event: Event) -> str:
             f"{f['replica_type'].lower()}-{f['index']}" if f.get("index") is not None else f["replica_type"]
         )
         exit_text = "no exit code" if f.get("exit_code") is None else f"exit code {f['exit_code']}"
-        detail = f"  {where} (pod {f['pod']}, container {f.get('container') or '-'}): {exit_text}"
+        detail = f"  {where} (pod {f.get('pod') or '-'}, container {f.get('container') or '-'}): {exit_text}"
         if f.get("reason"):
             detail += f", reason {f['reason']}"
         if f.get("message"):
@@ -91,12 +91,12 @@ def failure_message(event: Event) -> str:
         if f.get("restarts"):
             detail += f" (restarts: {f['restarts']})"
         lines.append(detail)
-        tail = tails.get(f["pod"]) or []
+        tail = tails.get(f.get("pod") or "") or []
         if tail:
             lines.append(f"    last {len(tail)} log lines of {f['pod']}:")
             lines.extend(f"    | {line}" for line in tail)
     for pod, tail in tails.items():
-        if tail and not any(f["pod"] == pod for f in failures):
+        if tail and not any(f.get("pod") == pod for f in failures):
             lines.append(f"Last {len(tail)} log lines of {pod}:")
             lines.extend(f"    | {line}" for line in tail)
     events = event.get("events") or []

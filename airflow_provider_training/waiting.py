@@ -98,21 +98,7 @@ class JobWaiter:
         tasks: list[asyncio.Task[Any]] = []
         try:
             async with contextlib.AsyncExitStack() as stack:
-                watched: list[tuple[str, ResourceRef, dict[str, str]]] = [
-                    ("job", self.kind.resource, {"name": self.name}),
-                    ("pod", PODS, {"label_selector": self.kind.pod_selector(self.name)}),
-                ]
-                for child in self.kind.children:
-                    if child.needed_for_status:
-                        self.children[child.resource.key] = {}
-                        watched.append(
-                            (
-                                child.resource.key,
-                                child.resource,
-                                {"label_selector": child.selector(self.name)},
-                            )
-                        )
-                for tag, resource, selection in watched:
+                for tag, resource, selection in self._watched():
                     sub = await stack.enter_async_context(
                         hub.subscribe(self.hook, resource, self.namespace, **selection)
                     )
@@ -132,6 +118,27 @@ class JobWaiter:
         except Exception as exc:  # an event, never a crashed trigger
             self.log.exception("Waiting for %s failed", self.label)
             return await self._event(_Finished("error", f"{type(exc).__name__}: {exc}", self.status))
+
+    def _watched(self) -> list[tuple[str, ResourceRef, dict[str, str]]]:
+        """(tag, resource, subscription) of everything followed: the job by name, the replica pods by each
+        of the kind's selectors, and the status children by name or selector (merged per resource)."""
+        from airflow_provider_training.hooks.training import replica_selectors
+
+        watched: list[tuple[str, ResourceRef, dict[str, str]]] = [
+            ("job", self.kind.resource, {"name": self.name})
+        ]
+        for selector in replica_selectors(self.kind, self.name):
+            watched.append(("pod", PODS, {"label_selector": selector}))
+        for child in self.kind.children:
+            if child.needed_for_status:
+                self.children[child.resource.key] = {}
+                how = (
+                    {"name": child.name(self.name)}
+                    if child.name
+                    else {"label_selector": child.selector(self.name)}
+                )
+                watched.append((child.resource.key, child.resource, how))
+        return watched
 
     async def _step(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         try:
@@ -174,7 +181,7 @@ class JobWaiter:
     async def _on_pod(self, event: Any) -> None:
         obj = event.object
         name = diag.pod_name(obj)
-        if not _apply(self.pods, event):
+        if not self.kind.owns_pod(self.name, obj) or not _apply(self.pods, event):
             return
         self.seen_pods.add(name)
         if diag.pod_started(obj):
@@ -290,7 +297,7 @@ class JobWaiter:
         if done.status in ("success", "failed", "timeout"):
             with contextlib.suppress(Exception):  # the event goes out even if these reads fail
                 # The pods as they are now: the job may have ended before their watch events arrived.
-                pods = await self.hook.list_pods(self.namespace, self.kind.pod_selector(self.name))
+                pods = await self.hook.list_job_pods(self.kind, self.name, self.namespace)
                 event["pods"] = sorted(self.seen_pods | {diag.pod_name(p) for p in pods})
                 if done.status != "success":
                     await self._explain(event, pods)
@@ -299,13 +306,17 @@ class JobWaiter:
     async def _explain(self, event: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         """Failing replicas with exit codes, their last log lines, and the recent Warning events."""
         failures = diag.replica_failures(self.kind, pods)
+        from_pods = {f["pod"] for f in failures}
+        recorded = self.kind.failed_replicas(self.job) if self.job is not None else []
+        failures += [f for f in recorded if f.get("pod") not in from_pods]  # pods may be gone (T9k)
         event["replica_failures"] = failures
         events = list(await self.hook.list_events(self.namespace, self.name, self.kind.kind))
-        for pod in {f["pod"] for f in failures} | {pod for pod, _ in self._warned}:
+        for pod in {f["pod"] for f in failures if f.get("pod")} | {pod for pod, _ in self._warned}:
             events.extend(await self.hook.list_events(self.namespace, pod, "Pod"))
         event["events"] = diag.warning_events(events)
         for failure in failures:
-            event["log_tail"][failure["pod"]] = await self._tail(failure)
+            if failure.get("pod"):
+                event["log_tail"][failure["pod"]] = await self._tail(failure)
 
     async def _tail(self, failure: Mapping[str, Any]) -> list[str]:
         if self._streamer is not None and (seen := self._streamer.tail(failure["pod"])):
