@@ -62,11 +62,14 @@ class JobSubmitter:
         identity: naming.TaskIdentity,
         labels: Mapping[str, str],
         annotations: Mapping[str, str],
+        wait_until: str | None = None,
     ) -> tuple[JobKind, dict[str, Any]]:
-        """Validate and stamp the manifest; raises ``SpecError`` (or ``ValueError``) before any API call.
+        """Validate and stamp the manifest; raises ``SpecError`` (or ``ValueError``) before any API call,
+        also when the job can never reach ``wait_until`` (e.g. a T9k job in debug mode never succeeds).
 
         The namespace stays unset when neither the argument nor the manifest names one (the hook decides).
         """
+        from airflow_provider_training.kinds.base import JobState
         from airflow_provider_training.kinds.registry import get_kind
         from airflow_provider_training.specs import SpecError, parse_job
 
@@ -78,6 +81,9 @@ class JobSubmitter:
         problem = naming.name_problem(name, model.name_limit())
         if problem:
             raise SpecError([("metadata.name", problem)], kind=job_kind.kind)
+        unreachable = wait_until and job_kind.check_target(manifest, JobState(wait_until))
+        if unreachable:
+            raise SpecError([("", unreachable)], kind=job_kind.kind)
         body = naming.stamp(
             manifest,
             name=name,

@@ -135,6 +135,7 @@ class TrainingJobOperator(BaseOperator):
             identity=naming.TaskIdentity.from_context(context),
             labels=self.labels,
             annotations=self.annotations,
+            wait_until=self.wait_until,
         )
         job = submitter.submit(kind, body, context)
         self._job_ref = ref = submitter.reference(kind, job)

@@ -1,0 +1,51 @@
+"""The generic operator and trigger know no family: every upstream example of every registered family runs
+to success through the deferrable path (a T9k debug-mode job, which never succeeds, is refused up front)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_provider_training.operators import TrainingJobOperator
+from airflow_provider_training.specs import SpecError
+from tests.operators.harness import make_context, run_operator
+
+pytestmark = pytest.mark.timeout(30)
+EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "examples"
+FILES = sorted(EXAMPLES.glob("*/*.yaml"))
+QUICK = json.dumps({"default": {"duration": 0.1, "logs": ["replica says hello"]}})
+
+
+def example(path: Path) -> dict:
+    job = next(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+    meta = job.setdefault("metadata", {})
+    meta.pop("namespace", None)
+    meta.setdefault("annotations", {})["localkube.dev/script"] = QUICK
+    return job
+
+
+@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
+@pytest.mark.parametrize("path", [f for f in FILES if "debug" not in f.name], ids=lambda p: p.stem)
+def test_upstream_example_succeeds(cluster, path, capsys):
+    job = example(path)
+    op = TrainingJobOperator(task_id="train", job=job, poll_interval=0.2, log_replicas="all")
+
+    result = run_operator(op, make_context(), "deferrable")
+
+    assert result["state"] == "Succeeded" and result["kind"] == job["kind"]
+    assert result["pods"]
+    assert "replica says hello" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
+def test_a_target_the_job_can_never_reach_is_refused_before_any_request(cluster):
+    path = next(f for f in FILES if "debug" in f.name)
+    requests = len(cluster.requests)
+
+    with pytest.raises(SpecError, match="debug"):
+        TrainingJobOperator(task_id="train", job=example(path)).execute(make_context())
+
+    assert len(cluster.requests) == requests
