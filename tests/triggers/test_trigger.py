@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -127,3 +128,16 @@ async def test_a_replaced_job_counts_as_deleted(cluster):
 
 def _in(seconds):
     return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+async def test_a_wait_that_cannot_run_is_an_error_event(cluster, monkeypatch, tmp_path):
+    missing = tmp_path / "no-such-kubeconfig"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BROKEN_CLUSTER",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(missing)}}),
+    )
+
+    event = await first(trigger_for("any-job", kubernetes_conn_id="broken_cluster"))
+
+    assert event["status"] == "error"
+    assert event["message"] and event["job"]["name"] == "any-job"
