@@ -368,7 +368,7 @@ class ReplicaLogStreamer:
 
 def replica_label(replica: ReplicaPod) -> str:
     """How a replica's log lines are prefixed: ``worker-0``; replicas without an index (pods of a ReplicaSet
-    or batch Job) are told apart by their pod names: ``trainer example-trainer-x7k2p``."""
+    or batch Job) are told apart by their pod names: ``<type> <pod name>``."""
     return replica.replica_type.lower() + (
         f" {replica.name}" if replica.index is None else f"-{replica.index}"
     )
