@@ -112,6 +112,7 @@ class JobWaiter:
                     while True:
                         await self._step(queue)
                 except _Finished as done:
+                    self._drain_pods(queue)
                     if self._streamer is not None:
                         await self._streamer.stop(timeout=LOG_FLUSH_SECONDS)  # emit what is left first
                     return await self._event(done)
@@ -294,7 +295,10 @@ class JobWaiter:
             "log_tail": {},
             "events": [],
         }
-        if done.status in ("success", "failed", "timeout"):
+        needs_pods = done.status in ("failed", "timeout") or (
+            done.status == "success" and not self._all_pods_seen()
+        )
+        if needs_pods:
             with contextlib.suppress(Exception):  # the event goes out even if these reads fail
                 # The pods as they are now: the job may have ended before their watch events arrived.
                 pods = await self.hook.list_job_pods(self.kind, self.name, self.namespace)
@@ -302,6 +306,18 @@ class JobWaiter:
                 if done.status != "success":
                     await self._explain(event, pods)
         return event
+
+    def _drain_pods(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        """Apply the pod events that arrived with the final job event."""
+        while not queue.empty():
+            tag, item = queue.get_nowait()
+            if tag == "pod" and self.kind.owns_pod(self.name, item.object) and _apply(self.pods, item):
+                self.seen_pods.add(diag.pod_name(item.object))
+
+    def _all_pods_seen(self) -> bool:
+        """Whether the watch showed as many pods as the status says replicas are desired (no LIST needed)."""
+        desired = [c.desired for c in (self.status.replicas.values() if self.status else [])]
+        return bool(desired) and None not in desired and len(self.seen_pods) >= sum(d or 0 for d in desired)
 
     async def _explain(self, event: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         """Failing replicas with exit codes, their last log lines, and the recent Warning events."""
