@@ -39,9 +39,10 @@ async def test_list_children_merges_entries_and_finds_unlabelled_children_by_nam
     assert _names(children[REPLICASETS.key]) == ["example-master", "example-pserver"]
     assert _names(children[PODS.key]) == sorted(mine[PODS.key])  # trainer, pserver and master pods, once
     # The unlabelled children were read by name, not listed by a selector that cannot find them.
-    assert [r.path for r in requests_to(kube, "replicasets")] == [
-        "/apis/apps/v1/namespaces/default/replicasets/example-pserver",
+    # (Read concurrently, so in no fixed order.)
+    assert sorted(r.path for r in requests_to(kube, "replicasets")) == [
         "/apis/apps/v1/namespaces/default/replicasets/example-master",
+        "/apis/apps/v1/namespaces/default/replicasets/example-pserver",
     ]
     job = await hook.get_job(EDL, "example", "default")
     status = EDL.read_status(job, children)
