@@ -7,35 +7,68 @@ all replicas (an all-reduce), so every replica holds the same weights, as Distri
 With torch installed (and ``--backend auto``) the same training runs as torch DDP over gloo.
 Without it, a numpy implementation exchanges gradients over TCP: rank 0 (the Master) listens on MASTER_PORT,
 the workers connect, and rank 0 reduces and broadcasts the averaged gradient.
+
+The data is a synthetic separable set, or a snapshot written with ``--make-data PATH`` and read with
+``--data PATH``. The last ``--val-fraction`` of it is held out; rank 0 evaluates the final model on it and
+writes ``--metrics-out`` (JSON: loss, val_loss, val_accuracy, ...) and ``--model-out`` (JSON weights).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import struct
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 FEATURES = 8
 
+Data = tuple[np.ndarray, np.ndarray]
 
-def make_data(rank: int, world_size: int, samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A separable synthetic data set; each rank takes every world_size-th sample (its shard)."""
+
+def make_data(samples: int, seed: int) -> Data:
+    """A separable synthetic data set (features, 0/1 labels) with a little label noise."""
     rng = np.random.default_rng(seed)
     true_w = rng.normal(size=FEATURES)
     x = rng.normal(size=(samples, FEATURES))
     y = (x @ true_w + 0.1 * rng.normal(size=samples) > 0).astype(np.float64)
+    return x, y
+
+
+def load_data(args: argparse.Namespace) -> tuple[Data, Data]:
+    """(train, validation): the snapshot ``--data`` or the synthetic set, its tail held out."""
+    if args.data:
+        with np.load(args.data) as snapshot:
+            x, y = snapshot["x"], snapshot["y"]
+    else:
+        x, y = make_data(args.samples, args.seed)
+    cut = len(y) - int(len(y) * args.val_fraction)
+    return (x[:cut], y[:cut]), (x[cut:], y[cut:])
+
+
+def shard(data: Data, rank: int, world_size: int) -> Data:
+    """This rank's part of the training set: every world_size-th sample."""
+    x, y = data
     return x[rank::world_size], y[rank::world_size]
 
 
-def loss_and_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-    """Logistic loss and its gradient."""
-    p = 1.0 / (1.0 + np.exp(-(x @ w)))
+def evaluate(w: np.ndarray, bias: float, data: Data) -> dict[str, float]:
+    """Validation loss and accuracy of a linear classifier."""
+    x, y = data
+    loss, _ = loss_and_grad(w, x, y, bias)
+    accuracy = float(np.mean(((x @ w + bias) > 0) == (y > 0.5))) if len(y) else float("nan")
+    return {"val_loss": loss, "val_accuracy": accuracy}
+
+
+def loss_and_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray, bias: float = 0.0) -> tuple[float, np.ndarray]:
+    """Logistic loss and its gradient with respect to ``w``."""
+    p = 1.0 / (1.0 + np.exp(-(x @ w + bias)))
     eps = 1e-12
     loss = float(-np.mean(y * np.log(p + eps) + (1 - y) * np.log(1 - p + eps)))
     return loss, x.T @ (p - y) / len(y)
@@ -111,8 +144,13 @@ def _recv_vector(sock: socket.socket, size: int) -> np.ndarray:
     return np.frombuffer(_recv_exact(sock, length), dtype="<f8").copy()
 
 
-def train_numpy(args: argparse.Namespace, rank: int, world_size: int, addr: str, port: int) -> float:
-    x, y = make_data(rank, world_size, args.samples, args.seed)
+Model = tuple[np.ndarray, float]  # weights, bias
+
+
+def train_numpy(
+    args: argparse.Namespace, train_set: Data, rank: int, world_size: int, addr: str, port: int
+) -> tuple[float, Model]:
+    x, y = shard(train_set, rank, world_size)
     reducer = TcpAllReduce(rank, world_size, addr, port)
     w = np.zeros(FEATURES)
     print(f"rank {rank}/{world_size}: numpy SGD on {len(y)} samples, master {addr}:{port}", flush=True)
@@ -128,15 +166,17 @@ def train_numpy(args: argparse.Namespace, rank: int, world_size: int, addr: str,
             time.sleep(args.step_delay)
     finally:
         reducer.close()
-    return loss
+    return loss, (w, 0.0)
 
 
-def train_torch(args: argparse.Namespace, rank: int, world_size: int, addr: str, port: int) -> float:
+def train_torch(
+    args: argparse.Namespace, train_set: Data, rank: int, world_size: int, addr: str, port: int
+) -> tuple[float, Model]:
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size)
-    x_np, y_np = make_data(rank, world_size, args.samples, args.seed)
+    x_np, y_np = shard(train_set, rank, world_size)
     x = torch.tensor(x_np, dtype=torch.float32)
     y = torch.tensor(y_np, dtype=torch.float32)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(FEATURES, 1))
@@ -155,7 +195,9 @@ def train_torch(args: argparse.Namespace, rank: int, world_size: int, addr: str,
         print(f"epoch {epoch} loss {loss_value:.4f}", flush=True)
         time.sleep(args.step_delay)
     dist.destroy_process_group()
-    return loss_value
+    linear = model.module
+    weights = linear.weight.detach().numpy().reshape(-1).astype(np.float64)
+    return loss_value, (weights, float(linear.bias.detach()))
 
 
 def torch_available() -> bool:
@@ -174,7 +216,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--step-delay", type=float, default=0.05, help="seconds between steps, to watch live")
     parser.add_argument("--backend", choices=["auto", "numpy", "torch"], default="auto")
+    parser.add_argument("--data", help="a snapshot (.npz with x, y) to train on instead of synthetic data")
+    parser.add_argument("--val-fraction", type=float, default=0.2, help="tail of the data held out")
+    parser.add_argument("--metrics-out", help="rank 0 writes the final metrics here (JSON)")
+    parser.add_argument("--model-out", help="rank 0 writes the trained weights here (JSON)")
+    parser.add_argument("--make-data", metavar="PATH", help="write a synthetic snapshot (.npz) and exit")
     args = parser.parse_args(argv)
+    if args.make_data:
+        write_snapshot(args.make_data, *make_data(args.samples, args.seed))
+        print(f"wrote {args.samples} samples (seed {args.seed}) to {args.make_data}", flush=True)
+        return 0
 
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -182,9 +233,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     port = int(os.environ.get("MASTER_PORT", "23456"))
     use_torch = args.backend == "torch" or (args.backend == "auto" and torch_available())
     train = train_torch if use_torch else train_numpy
-    final_loss = train(args, rank, world_size, addr, port)
+    train_set, val_set = load_data(args)
+    final_loss, (weights, bias) = train(args, train_set, rank, world_size, addr, port)
     print(f"rank {rank} done: final loss {final_loss:.4f}", flush=True)
+    if rank == 0:
+        metrics = {
+            "loss": final_loss,
+            **evaluate(weights, bias, val_set),
+            "epochs": args.epochs,
+            "lr": args.lr,
+            "world_size": world_size,
+            "backend": "torch" if use_torch else "numpy",
+            "data": args.data,
+        }
+        print(f"validation loss {metrics['val_loss']:.4f} accuracy {metrics['val_accuracy']:.3f}", flush=True)
+        write_json(args.metrics_out, metrics)
+        write_json(args.model_out, {"weights": weights.tolist(), "bias": bias})
     return 0
+
+
+def write_snapshot(path: str, x: np.ndarray, y: np.ndarray) -> None:
+    """Write atomically, so a sensor never sees half a snapshot."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.stem}.partial.npz")
+    np.savez(partial, x=x, y=y)
+    partial.replace(target)
+
+
+def write_json(path: str | None, value: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(value, indent=2) + "\n")
 
 
 if __name__ == "__main__":
