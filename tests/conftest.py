@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 _home = tempfile.mkdtemp(prefix="apt-airflow-home-")
+atexit.register(shutil.rmtree, _home, ignore_errors=True)
 os.environ.setdefault("AIRFLOW_HOME", _home)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
