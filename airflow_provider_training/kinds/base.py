@@ -10,7 +10,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import pendulum
 
@@ -170,6 +170,15 @@ class ReplicaPod:
     name: str
 
 
+class StatusReader(Protocol):
+    """``read_status(job, children)``; ``grace_seconds`` is how long an empty status counts as not yet
+    written before the result is ``stalled`` (every family reader takes it; the default is the kind's)."""
+
+    def __call__(
+        self, job: RawObject, children: ChildObjects, /, *, grace_seconds: float = ...
+    ) -> JobStatus: ...
+
+
 @dataclass(frozen=True)
 class JobKind:
     """Everything generic code needs to know about one training-job kind.
@@ -184,14 +193,15 @@ class JobKind:
     ``owns_pod(job_name, pod)`` filters pods a selector cannot tell apart (legacy MxJob pods carry no job
     name); generic code drops pods for which it is false. ``failed_replicas(job)`` lists the failing replicas
     the job's own status records (T9k keeps exit codes there even after its pods are gone), in the dict shape
-    of ``diagnostics.replica_failures``.
+    of ``diagnostics.replica_failures``. ``suspend_patch(suspend)`` is the merge patch that suspends
+    (``True``) or resumes (``False``) a job of this kind, ``None`` for kinds that cannot be suspended.
     """
 
     resource: ResourceRef
     family: str
     replica_types: tuple[str, ...]
     default_container: str
-    read_status: Callable[[RawObject, ChildObjects], JobStatus]
+    read_status: StatusReader
     pod_selector: Callable[[str], str]
     master_selector: Callable[[str], str]
     replica_of_pod: Callable[[RawObject], ReplicaPod]
@@ -202,6 +212,7 @@ class JobKind:
     extra_pod_selectors: Callable[[str], tuple[str, ...]] = lambda job_name: ()
     owns_pod: Callable[[str, RawObject], bool] = lambda job_name, pod: True
     failed_replicas: Callable[[RawObject], list[dict[str, Any]]] = lambda job: []
+    suspend_patch: Callable[[bool], dict[str, Any] | None] = lambda suspend: None
 
     @property
     def kind(self) -> str:
@@ -210,6 +221,14 @@ class JobKind:
     @property
     def api_version(self) -> str:
         return self.resource.api_version
+
+    def status(
+        self, job: RawObject, children: ChildObjects | None = None, *, grace_seconds: float | None = None
+    ) -> JobStatus:
+        """:attr:`read_status`, with the no-status grace period given (``None``: the kind's default)."""
+        if grace_seconds is None:
+            return self.read_status(job, children or {})
+        return self.read_status(job, children or {}, grace_seconds=grace_seconds)
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -184,6 +184,11 @@ def replica_of_pod(layout: Layout, pod: RawObject) -> ReplicaPod:
     )
 
 
+def suspend_patch(suspend: bool) -> dict[str, Any]:
+    """``runPolicy.suspend`` (Training Operator >= 1.7): suspending deletes the replica pods."""
+    return {"spec": {"runPolicy": {"suspend": suspend}}}
+
+
 def job_kind(layout: Layout) -> JobKind:
     return JobKind(
         resource=ResourceRef(GROUP, VERSION, layout.plural, layout.kind),
@@ -195,6 +200,7 @@ def job_kind(layout: Layout) -> JobKind:
         master_selector=partial(master_selector, layout),
         replica_of_pod=partial(replica_of_pod, layout),
         replica_spec_key=layout.replica_spec_key,
+        suspend_patch=suspend_patch,
     )
 
 

@@ -285,6 +285,11 @@ def check_target(job: RawObject, target: JobState) -> str | None:
     )
 
 
+def suspend_patch(suspend: bool) -> dict[str, Any]:
+    """``runMode.pause.enabled``: pausing deletes the replica pods; resuming recreates them."""
+    return {"spec": {"runMode": {"pause": {"enabled": suspend}}}}
+
+
 def pod_selector(job_name: str) -> str:
     return label_selector({OWNER_LABEL: job_name})
 
@@ -314,6 +319,7 @@ def job_kind(layout: Layout) -> JobKind:
         replica_spec_key=layout.replica_spec_key,
         check_target=check_target,
         failed_replicas=failed_replicas,
+        suspend_patch=suspend_patch,
     )
 
 
