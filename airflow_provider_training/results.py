@@ -64,7 +64,7 @@ def failure_message(event: Event) -> str:
     job = event.get("job") or {}
     status = event.get("job_status") or {}
     outcome = {"failed": "failed", "timeout": "timed out", "deleted": "was deleted"}.get(
-        str(event.get("status")), "could not be followed"
+        str(event.get("status")), "was never picked up" if status.get("stalled") else "could not be followed"
     )
     lines = [f"{job_label(job)} {outcome}: {event.get('message') or ''}".rstrip(": ")]
     if status:

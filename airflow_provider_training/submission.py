@@ -2,8 +2,9 @@
 
 Order of business in :meth:`JobSubmitter.submit`:
 
-1. ``task_state_store`` (Airflow 3.3+): the identity an earlier try stored right after its create;
-2. the identity labels (dag/task/run/map index) for a try that died before storing it;
+1. ``task_state_store``: the identity an earlier try stored right after its create;
+2. the identity labels (dag/task/run/map index) for a try that died before storing it, or whose stored
+   state was cleared;
 3. create; a 409 for an object carrying our identity labels is the same earlier job.
 
 An earlier job is handled by ``action_if_job_exists``: ``reattach`` reuses it, except a *failed* one, which is
@@ -76,6 +77,9 @@ class JobSubmitter:
         model = parse_job(job, kind=get_kind(kind, api_version) if kind else None)
         manifest = model.manifest()
         job_kind = get_kind(manifest["kind"], manifest.get("apiVersion"))
+        if api_version and job_kind.api_version != api_version:
+            expected = f"must be {api_version} for this operator (got {job_kind.api_version!r})"
+            raise SpecError([("apiVersion", expected)], kind=job_kind.kind)
         meta = manifest.get("metadata") or {}
         name = job_name or meta.get("name") or naming.default_job_name(identity, job_kind.replica_types)
         problem = naming.name_problem(name, model.name_limit())
@@ -98,7 +102,7 @@ class JobSubmitter:
         from airflow_provider_training.hooks.errors import JobExistsError
 
         identity = naming.TaskIdentity.from_context(context)
-        store = context.get("task_state_store")
+        store = context["task_state_store"]
         with self.hook() as hook:
             meta = body["metadata"]
             meta["namespace"] = meta.get("namespace") or hook.get_namespace()
@@ -118,7 +122,7 @@ class JobSubmitter:
     def _previous(
         self, hook: TrainingJobHook, kind: JobKind, namespace: str, identity: naming.TaskIdentity, store: Any
     ) -> dict[str, Any] | None:
-        stored = store.get(STATE_KEY) if store is not None else None
+        stored = store.get(STATE_KEY)
         if isinstance(stored, dict) and stored.get("kind") == kind.kind:
             job = hook.get_job(kind, stored["name"], stored["namespace"])
             if job is not None and (job.get("metadata") or {}).get("uid") == stored.get("uid"):
@@ -186,7 +190,7 @@ class JobSubmitter:
         meta = job.get("metadata") or {}
         needs_children = any(c.needed_for_status for c in kind.children)
         children = hook.list_children(kind, meta["name"], meta["namespace"]) if needs_children else {}
-        return kind.read_status(job, children)  # type: ignore[arg-type]
+        return kind.status(job, children)  # type: ignore[arg-type]
 
     def read(
         self, kind: JobKind, name: str, namespace: str | None
@@ -212,6 +216,5 @@ class JobSubmitter:
 
 
 def _remember(store: Any, ref: Mapping[str, Any]) -> None:
-    """Persist the job identity for the next try (no-op before Airflow 3.3)."""
-    if store is not None:
-        store.set(STATE_KEY, dict(ref))
+    """Persist the job identity for the next try."""
+    store.set(STATE_KEY, dict(ref))

@@ -199,7 +199,8 @@ class JobWaiter:
 
     async def _evaluate(self) -> None:
         assert self.job is not None
-        status = self.kind.read_status(self.job, {k: list(v.values()) for k, v in self.children.items()})
+        children = {k: list(v.values()) for k, v in self.children.items()}
+        status = self.kind.status(self.job, children, grace_seconds=self.opts.status_grace_period)
         self.status = status
         seen = (status.state, status.reason, tuple(sorted((k, v) for k, v in status.replicas.items())))
         if seen != self._last_seen:
@@ -214,7 +215,7 @@ class JobWaiter:
             self.opts.target == JobState.RUNNING and status.state == JobState.RUNNING
         ):
             raise _Finished("success", f"{self.label} is {status.state.value}", status)
-        if status.stalled and self._age() >= self.opts.status_grace_period:
+        if status.stalled:  # no status past the grace period: its operator seems not to be running
             raise _Finished("error", status.message, status)
         self._note_suspended(status)
 
@@ -233,11 +234,8 @@ class JobWaiter:
                 if self.opts.deadline
                 else "(no deadline)"
             )
-            self.log.warning(
-                "%s is suspended (runPolicy.suspend); its pods are removed. Waiting for it to be resumed %s",
-                self.label,
-                until,
-            )
+            why = status.message or status.reason or "suspended"
+            self.log.warning("%s is suspended (%s). Waiting for it to be resumed %s", self.label, why, until)
 
     def _age(self) -> float:
         created = parse_time(((self.job or {}).get("metadata") or {}).get("creationTimestamp"))

@@ -42,6 +42,11 @@ def check_log_replicas(value: str | Sequence[str]) -> str | list[str]:
     return [str(v) for v in value]
 
 
+def status_grace_period() -> float:
+    """``[training] status_grace_period``: seconds a new job may have no status (its operator not running)."""
+    return conf.getfloat("training", "status_grace_period", fallback=60.0)
+
+
 class TrainingJobOperator(BaseOperator):
     """Submit a training job (any registered kind), wait for it, and return its result.
 
@@ -171,7 +176,7 @@ class TrainingJobOperator(BaseOperator):
             deadline=_deadline(self, context),
             startup_timeout=self.startup_timeout,
             poll_interval=self.poll_interval,
-            status_grace_period=conf.getfloat("training", "status_grace_period", fallback=60.0),
+            status_grace_period=status_grace_period(),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

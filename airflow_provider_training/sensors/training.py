@@ -10,7 +10,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
-from airflow_provider_training.operators.training import check_log_replicas
+from airflow_provider_training.operators.training import check_log_replicas, status_grace_period
 from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ class TrainingJobSensor(BaseSensorOperator):
             log_replicas=self.log_replicas,
             deadline=deadline,
             startup_timeout=None,
+            status_grace_period=status_grace_period(),
             poll_interval=float(self.poke_interval),
             allow_missing=True,
         )

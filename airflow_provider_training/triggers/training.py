@@ -42,7 +42,7 @@ class TrainingJobTrigger(BaseTrigger):
     :param poll_interval: how often time-based checks run between watch events.
     :param allow_missing: keep waiting while the job does not exist yet (sensors).
 
-    ``on_kill()`` (a user acted on the deferred task, Airflow 3.3+) deletes the job. ``cleanup()`` is left as
+    ``on_kill()`` (a user acted on the deferred task) deletes the job. ``cleanup()`` is left as
     the base no-op on purpose: it also runs when the triggerer restarts, and must never delete the job.
     """
 
@@ -136,7 +136,7 @@ class TrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task (Airflow 3.3+): delete the job and its cleanup children."""
+        """The user killed the deferred task: delete the job and its cleanup children."""
         hook = self._hook()
         try:
             deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace)

@@ -84,7 +84,7 @@ def manifest(
 
 
 class StateStore:
-    """An in-memory ``task_state_store``: retries of one task instance share it, as in Airflow 3.3."""
+    """An in-memory ``task_state_store``: retries of one task instance share it, as in Airflow."""
 
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
@@ -114,18 +114,12 @@ class TaskInstance:
 
 
 def make_context(
-    *,
-    run_id: str | None = None,
-    store: StateStore | None = None,
-    try_number: int = 1,
-    with_store: bool = True,
+    *, run_id: str | None = None, store: StateStore | None = None, try_number: int = 1
 ) -> dict[str, Any]:
     """A task context for one try; pass the same ``store`` and ``run_id`` for a retry."""
     ti = TaskInstance(run_id=run_id or f"manual__{uuid.uuid4().hex[:12]}", try_number=try_number)
-    context: dict[str, Any] = {"ti": ti, "run_id": ti.run_id}
-    if with_store:
-        context["task_state_store"] = store if store is not None else StateStore()
-    return context
+    store = store if store is not None else StateStore()
+    return {"ti": ti, "run_id": ti.run_id, "task_state_store": store}
 
 
 @pytest.fixture(scope="module")

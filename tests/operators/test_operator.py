@@ -118,17 +118,17 @@ class WorkerDiesBeforeDefer(PyTorchJobOperator):
         raise RuntimeError("worker lost")
 
 
-@pytest.mark.parametrize("store", ["state store", "store lost", "no store (Airflow < 3.3)"])
+@pytest.mark.parametrize("store", ["state store", "store cleared"])
 def test_worker_dying_between_create_and_defer_leaves_one_job(cluster, store):
-    first = make_context(with_store=store != "no store (Airflow < 3.3)")
+    first = make_context()
     with pytest.raises(RuntimeError, match="worker lost"):
         WorkerDiesBeforeDefer(task_id="train", job=manifest(PYTORCH, FOREVER), deferrable=True).execute(first)
     created = owned(cluster, first)
     assert len(created) == 1
-    if store == "store lost":
+    if store == "store cleared":  # the identity labels still find it
         first["task_state_store"].delete(STATE_KEY)
 
-    retry = make_context(run_id=first["run_id"], store=first.get("task_state_store"), try_number=2)
+    retry = make_context(run_id=first["run_id"], store=first["task_state_store"], try_number=2)
     with pytest.raises(TaskDeferred) as deferred:
         pytorch(FOREVER, deferrable=True).execute(retry)
 
