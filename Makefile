@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 demo: $(STAMP)
-	$(BIN)/python -m airflow_provider_training.demo
+	$(BIN)/python scripts/demo.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/import_time.py

@@ -11,6 +11,7 @@ the workers connect, and rank 0 reduces and broadcasts the averaged gradient.
 The data is a synthetic separable set, or a snapshot written with ``--make-data PATH`` and read with
 ``--data PATH``. The last ``--val-fraction`` of it is held out; rank 0 evaluates the final model on it and
 writes ``--metrics-out`` (JSON: loss, val_loss, val_accuracy, ...) and ``--model-out`` (JSON weights).
+``--baseline-model`` adds the scores of an earlier model (e.g. the one in production) on the same data.
 """
 
 from __future__ import annotations
@@ -220,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--val-fraction", type=float, default=0.2, help="tail of the data held out")
     parser.add_argument("--metrics-out", help="rank 0 writes the final metrics here (JSON)")
     parser.add_argument("--model-out", help="rank 0 writes the trained weights here (JSON)")
+    parser.add_argument("--baseline-model", help="weights (JSON) to score on the same data, if present")
     parser.add_argument("--make-data", metavar="PATH", help="write a synthetic snapshot (.npz) and exit")
     args = parser.parse_args(argv)
     if args.make_data:
@@ -245,11 +247,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             "world_size": world_size,
             "backend": "torch" if use_torch else "numpy",
             "data": args.data,
+            **baseline_metrics(args.baseline_model, val_set),
         }
         print(f"validation loss {metrics['val_loss']:.4f} accuracy {metrics['val_accuracy']:.3f}", flush=True)
         write_json(args.metrics_out, metrics)
         write_json(args.model_out, {"weights": weights.tolist(), "bias": bias})
     return 0
+
+
+def baseline_metrics(path: str | None, val_set: Data) -> dict[str, float]:
+    """``baseline_val_loss`` / ``baseline_val_accuracy`` of the model at ``path``; nothing if it is absent."""
+    if not path or not Path(path).exists():
+        return {}
+    model = json.loads(Path(path).read_text())
+    scores = evaluate(np.asarray(model["weights"], dtype=np.float64), float(model["bias"]), val_set)
+    return {f"baseline_{key}": value for key, value in scores.items()}
 
 
 def write_snapshot(path: str, x: np.ndarray, y: np.ndarray) -> None:
