@@ -360,14 +360,14 @@ class Reconciliation:
             pod = pods[0]
             if index >= replicas:
                 self.delete(PODS, pod["metadata"]["name"])
-            self._check_failed_pod(rtype, pod)
+            self.check_failed_pod(rtype, pod)
             pod_phase = phase(pod)
             if pod_phase == "Running":
                 counters["failed" if _deleting(pod) else "active"] += 1
             elif pod_phase in ("Succeeded", "Failed"):
                 counters[pod_phase.lower()] += 1
 
-    def _check_failed_pod(self, rtype: str, pod: dict) -> None:
+    def check_failed_pod(self, rtype: str, pod: dict) -> None:
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         exit_code = default_exit_code(pod, self.job)
         if exit_code != 0xBEEF:

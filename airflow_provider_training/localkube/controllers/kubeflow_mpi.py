@@ -52,7 +52,8 @@ def validate(spec: dict) -> str | None:
 
 
 def reconcile_replicas(rec: Reconciliation) -> None:
-    """Create the ConfigMap, the workers and the launcher until the launcher finished; count replicas."""
+    """Create the ConfigMap, the workers and the launcher until the launcher finished; restart failed
+    replicas per their restartPolicy (the launcher, too, has no index: it is recreated by name); count."""
     job, status = rec.job, rec.status
     status.setdefault("startTime", now_rfc3339())
     launcher_counts = cond.reset_replica_status(status, "Launcher")
@@ -60,6 +61,9 @@ def reconcile_replicas(rec: Reconciliation) -> None:
     launcher_name = f"{job.name}-launcher"
     launcher = next((p for p in rec.pods if p["metadata"]["name"] == launcher_name), None)
     workers = of_type(rec.pods, "Worker")
+    for pod in [*workers, *([launcher] if launcher else [])]:
+        # a failed replica restarts as in every kind (deleted here, recreated by the next pass)
+        rec.check_failed_pod("Launcher" if pod is launcher else "Worker", pod)
     if launcher is None or _phase(launcher) not in ("Succeeded", "Failed"):
         _sync_config_map(rec, workers)
         replicas = job.replicas("Worker")
