@@ -130,6 +130,25 @@ def test_image_pull_back_off_then_pulled(kc: KubeClient) -> None:
     kc.wait_pod("pull", lambda p: p.status.phase == "Succeeded")
 
 
+def test_image_pull_back_off_of_a_pytorch_worker_with_its_init_container(kc: KubeClient) -> None:
+    """The worker's own image cannot be pulled; its `init-pytorch` init container still completes first."""
+    specs = {"Master": replica("pytorch"), "Worker": replica("pytorch")}
+    script = {"Worker": {"pending": "ImagePullBackOff", "pending_for": 0.4}}
+    kc.create(job("PyTorchJob", "pullinit", specs, script=script))
+    stuck = kc.wait_pod(
+        "pullinit-worker-0", lambda p: state_name(p) == ("Pending", "waiting:ImagePullBackOff")
+    )
+    (init,) = stuck.status.init_container_statuses
+    assert (init.name, init.state.terminated.reason) == ("init-pytorch", "Completed")
+    assert {c.type: c.status for c in stuck.status.conditions}["Initialized"] == "True"
+    assert ("Warning", "Failed", "Error: ImagePullBackOff") in [
+        (e.type, e.reason, e.message) for e in kc.events("pullinit-worker-0")
+    ]
+    kc.wait_condition("PyTorchJob", "pullinit", "Succeeded")
+    done = kc.wait_pod("pullinit-worker-0", lambda p: p.status.phase == "Succeeded")
+    assert done.status.container_statuses[0].state.terminated.exit_code == 0
+
+
 def test_restart_always_crash_loops_until_deleted(kc: KubeClient) -> None:
     kc.core.create_namespaced_pod(
         "default",

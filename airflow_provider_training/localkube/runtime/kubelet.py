@@ -175,7 +175,7 @@ class Kubelet:
         if name not in inst.ran:
             status["state"] = {"waiting": {"reason": "ContainerCreating"}}
             self.publish(inst)
-            await self.pull(inst, container, attempt)
+            await self.pull(inst, container, attempt, init=init)
         execution = await self._launch(inst, container, attempt, init=init)
         if isinstance(execution, RunResult):
             result = execution
@@ -253,7 +253,7 @@ class Kubelet:
         self.publish(inst)
         await asyncio.sleep(delay)
 
-    async def pull(self, inst: PodInstance, container: dict, attempt: int) -> None:
+    async def pull(self, inst: PodInstance, container: dict, attempt: int, *, init: bool) -> None:
         """Image pull events: a pull the first time (or always with `imagePullPolicy: Always`)."""
         image = container.get("image", "")
         tag = image.rsplit("/", 1)[-1].partition("@")[0].partition(":")[2]

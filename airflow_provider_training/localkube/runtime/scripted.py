@@ -8,6 +8,7 @@ ImagePullBackOff first. Init containers complete at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,14 +138,14 @@ class ScriptedRuntime(Kubelet):
         self.publish(inst)
         await self._hold(step)
 
-    async def pull(self, inst: PodInstance, container: dict, attempt: int) -> None:
-        try:
-            step = self.step_for(inst, container["name"], attempt)
-        except ScriptError:
-            step = None
+    async def pull(self, inst: PodInstance, container: dict, attempt: int, *, init: bool) -> None:
+        step = None
+        if not init:  # init containers complete at once: the hold is the replica's own image
+            with contextlib.suppress(ScriptError):
+                step = self.step_for(inst, container["name"], attempt)
         if step is not None and step.pending == "ImagePullBackOff":
             await self._image_pull_back_off(inst, container, step)
-        await super().pull(inst, container, attempt)
+        await super().pull(inst, container, attempt, init=init)
 
     async def _image_pull_back_off(self, inst: PodInstance, container: dict, step: Step) -> None:
         image = container.get("image", "")
