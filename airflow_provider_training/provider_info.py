@@ -29,6 +29,10 @@ PROVIDER_INFO: dict[str, Any] = {
             "python-modules": [
                 "airflow_provider_training.operators.training",
                 "airflow_provider_training.operators.kubeflow",
+                "airflow_provider_training.operators.paddle_edl",
+                "airflow_provider_training.operators.mxnet_legacy",
+                "airflow_provider_training.operators.tensorstack",
+                "airflow_provider_training.operators.control",
             ],
         }
     ],
@@ -38,6 +42,9 @@ PROVIDER_INFO: dict[str, Any] = {
             "python-modules": [
                 "airflow_provider_training.sensors.training",
                 "airflow_provider_training.sensors.kubeflow",
+                "airflow_provider_training.sensors.paddle_edl",
+                "airflow_provider_training.sensors.mxnet_legacy",
+                "airflow_provider_training.sensors.tensorstack",
             ],
         }
     ],
@@ -71,7 +78,8 @@ PROVIDER_INFO: dict[str, Any] = {
                 },
                 "status_grace_period": {
                     "description": "Seconds a new job may have no status before the wait reports that its "
-                    "training operator seems not to be running.",
+                    "training operator seems not to be running (operators and sensors; shorter or longer "
+                    "than the default).",
                     "version_added": "0.1.0",
                     "type": "float",
                     "example": "120",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow_provider_training.operators.control import TrainingJobResumeOperator, TrainingJobSuspendOperator
 from airflow_provider_training.operators.kubeflow import (
     JAXJobOperator,
     MPIJobOperator,
@@ -11,15 +12,36 @@ from airflow_provider_training.operators.kubeflow import (
     TFJobOperator,
     XGBoostJobOperator,
 )
+from airflow_provider_training.operators.mxnet_legacy import MlkubeMxJobOperator, MXJobV1Alpha1Operator
+from airflow_provider_training.operators.paddle_edl import PaddleEDLTrainingJobOperator
+from airflow_provider_training.operators.tensorstack import (
+    T9kJobOperator,
+    T9kPauseJobOperator,
+    T9kPyTorchTrainingJobOperator,
+    T9kResumeJobOperator,
+    T9kTensorFlowTrainingJobOperator,
+    T9kXGBoostTrainingJobOperator,
+)
 from airflow_provider_training.operators.training import TrainingJobOperator
 
 __all__ = [
     "JAXJobOperator",
     "MPIJobOperator",
     "MXJobOperator",
+    "MXJobV1Alpha1Operator",
+    "MlkubeMxJobOperator",
+    "PaddleEDLTrainingJobOperator",
     "PaddleJobOperator",
     "PyTorchJobOperator",
+    "T9kJobOperator",
+    "T9kPauseJobOperator",
+    "T9kPyTorchTrainingJobOperator",
+    "T9kResumeJobOperator",
+    "T9kTensorFlowTrainingJobOperator",
+    "T9kXGBoostTrainingJobOperator",
     "TFJobOperator",
     "TrainingJobOperator",
+    "TrainingJobResumeOperator",
+    "TrainingJobSuspendOperator",
     "XGBoostJobOperator",
 ]

@@ -11,14 +11,29 @@ from airflow_provider_training.sensors.kubeflow import (
     TFJobSensor,
     XGBoostJobSensor,
 )
+from airflow_provider_training.sensors.mxnet_legacy import MlkubeMxJobSensor, MXJobV1Alpha1Sensor
+from airflow_provider_training.sensors.paddle_edl import PaddleEDLTrainingJobSensor
+from airflow_provider_training.sensors.tensorstack import (
+    T9kJobSensor,
+    T9kPyTorchTrainingJobSensor,
+    T9kTensorFlowTrainingJobSensor,
+    T9kXGBoostTrainingJobSensor,
+)
 from airflow_provider_training.sensors.training import TrainingJobSensor
 
 __all__ = [
     "JAXJobSensor",
     "MPIJobSensor",
     "MXJobSensor",
+    "MXJobV1Alpha1Sensor",
+    "MlkubeMxJobSensor",
+    "PaddleEDLTrainingJobSensor",
     "PaddleJobSensor",
     "PyTorchJobSensor",
+    "T9kJobSensor",
+    "T9kPyTorchTrainingJobSensor",
+    "T9kTensorFlowTrainingJobSensor",
+    "T9kXGBoostTrainingJobSensor",
     "TFJobSensor",
     "TrainingJobSensor",
     "XGBoostJobSensor",
