@@ -74,8 +74,8 @@ class JobWaiter:
         self.opts, self.log = options, log
         self.job: RawObject | None = None
         self.children: dict[str, dict[str, RawObject]] = {}  # by resource key, then name
-        self.pods: dict[str, RawObject] = {}
-        self.seen_pods: set[str] = set()  # every replica pod seen, also those removed by cleanPodPolicy
+        # The last state of every replica pod seen, kept after a cleanup policy deleted the pod.
+        self.seen_pods: dict[str, RawObject] = {}
         self.status: JobStatus | None = None
         self.uid = options.uid
         self._started = False
@@ -182,9 +182,8 @@ class JobWaiter:
     async def _on_pod(self, event: Any) -> None:
         obj = event.object
         name = diag.pod_name(obj)
-        if not self.kind.owns_pod(self.name, obj) or not _apply(self.pods, event):
+        if not self._record_pod(event) or event.type == "DELETED":
             return
-        self.seen_pods.add(name)
         if diag.pod_started(obj):
             self._started = True
         for reason, message in diag.stuck_reasons(obj):
@@ -299,25 +298,33 @@ class JobWaiter:
         if needs_pods:
             with contextlib.suppress(Exception):  # the event goes out even if these reads fail
                 # The pods as they are now: the job may have ended before their watch events arrived.
-                pods = await self.hook.list_job_pods(self.kind, self.name, self.namespace)
-                event["pods"] = sorted(self.seen_pods | {diag.pod_name(p) for p in pods})
+                listed = await self.hook.list_job_pods(self.kind, self.name, self.namespace)
+                pods = {**self.seen_pods, **{diag.pod_name(p): p for p in listed}}
+                event["pods"] = sorted(pods)
                 if done.status != "success":
-                    await self._explain(event, pods)
+                    await self._explain(event, list(pods.values()))
         return event
 
     def _drain_pods(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         """Apply the pod events that arrived with the final job event."""
         while not queue.empty():
             tag, item = queue.get_nowait()
-            if tag == "pod" and self.kind.owns_pod(self.name, item.object) and _apply(self.pods, item):
-                self.seen_pods.add(diag.pod_name(item.object))
+            if tag == "pod":
+                self._record_pod(item)
+
+    def _record_pod(self, event: Any) -> bool:
+        """Keep a watched pod's latest state if it is one of this job's replicas."""
+        if not self.kind.owns_pod(self.name, event.object):
+            return False
+        self.seen_pods[diag.pod_name(event.object)] = event.object
+        return True
 
     def _all_pods_seen(self) -> bool:
         """Whether the watch showed as many pods as the status says replicas are desired (no LIST needed)."""
         desired = [c.desired for c in (self.status.replicas.values() if self.status else [])]
         return bool(desired) and None not in desired and len(self.seen_pods) >= sum(d or 0 for d in desired)
 
-    async def _explain(self, event: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+    async def _explain(self, event: dict[str, Any], pods: list[RawObject]) -> None:
         """Failing replicas with exit codes, their last log lines, and the recent Warning events."""
         failures = diag.replica_failures(self.kind, pods)
         from_pods = {f["pod"] for f in failures}
@@ -375,14 +382,13 @@ def _uid(obj: Mapping[str, Any]) -> str | None:
     return (obj.get("metadata") or {}).get("uid")
 
 
-def _apply(objects: dict[str, RawObject], event: Any) -> bool:
-    """Apply a watch event to a name -> object map; ``False`` when the object went away."""
+def _apply(objects: dict[str, RawObject], event: Any) -> None:
+    """Apply a watch event to a name -> object map."""
     name = diag.pod_name(event.object)
     if event.type == "DELETED":
         objects.pop(name, None)
-        return False
-    objects[name] = event.object
-    return True
+    else:
+        objects[name] = event.object
 
 
 def run_inline(trigger: BaseTrigger) -> dict[str, Any]:
