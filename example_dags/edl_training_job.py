@@ -47,7 +47,6 @@ with DAG(
         kind="TrainingJob",
         api_version="paddlepaddle.org/v1",
         job=JOB,
-        job_name="fit-a-line-{{ ds_nodash }}",
         deferrable=True,
         log_replicas="all",
         on_finish_action="delete",

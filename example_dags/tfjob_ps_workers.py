@@ -26,7 +26,7 @@ with DAG(
         job=tf_job(
             image="tensorflow/tensorflow:2.16.1",
             command=["python", "/opt/model/train_ps.py"],
-            args=["--epochs", "10", "--checkpoint-dir", "/checkpoints/{{ ds_nodash }}"],
+            args=["--epochs", "10", "--checkpoint-dir", "/checkpoints/{{ run_id }}"],
             chief=1,
             ps=2,
             workers=3,

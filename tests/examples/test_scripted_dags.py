@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from airflow_provider_training.kinds import get_kind
 from airflow_provider_training.localkube.resources import BATCH_JOBS, REPLICASETS
 from airflow_provider_training.localkube.runtime import register_script, unregister_script
+from airflow_provider_training.naming import TaskIdentity, default_job_name
 from tests.examples.conftest import load_dag, with_script
 
 pytestmark = pytest.mark.timeout(60)
@@ -85,18 +87,20 @@ def test_t9k_job(examples_db, scripted_cluster, capfd, caplog):
 def test_edl_training_job(examples_db, scripted_cluster, capfd, caplog):
     """EDL's children carry no owner reference to the job, so their timelines are registered by name."""
     dag = load_dag("edl_training_job")
-    logical_date = datetime(2026, 11, 29, tzinfo=UTC)
-    job = f"fit-a-line-{logical_date:%Y%m%d}"
+    logical_date = datetime(2026, 11, 29, tzinfo=UTC)  # and run_after: they make the run id, so the name
+    identity = TaskIdentity(dag.dag_id, "train", f"manual__{logical_date.isoformat()}")
+    job = default_job_name(identity, get_kind("TrainingJob", "paddlepaddle.org/v1").replica_types)
     register_script(f"{job}-trainer", {"default": {"duration": 0.3, "logs": ["Pass 0, Batch 9, Cost 12.5"]}})
     for serving in ("master", "pserver"):  # serve until the job is deleted
         register_script(f"{job}-{serving}", {"default": {"duration": None, "logs": [f"{serving} ready"]}})
     try:
-        run, out = run_and_capture(dag, capfd, caplog, logical_date=logical_date)
+        run, out = run_and_capture(dag, capfd, caplog, logical_date=logical_date, run_after=logical_date)
     finally:
         for child in ("trainer", "master", "pserver"):
             unregister_script(f"{job}-{child}")
 
     assert run.state == "success"
+    assert run.get_task_instance("train").xcom_pull(task_ids="train")["name"] == job
     assert "Pass 0, Batch 9, Cost 12.5" in out
     assert "pserver ready" in out
     # on_finish_action="delete": the job and the children it left unowned are gone.
