@@ -199,8 +199,10 @@ def class_problems(cls: type, section: Section, sections: dict[str, Section]) ->
             problems.append(f"{where} {problem}")
     for name in sorted(section.airflow_params - all_parameters(cls)):
         problems.append(f"{where} documents Airflow parameter `{name}`, which it does not take")
+    if not hasattr(cls, "template_fields"):  # a trigger
+        return problems
     templated = templated_fields(section, sections)
-    actual = set(getattr(cls, "template_fields", ()))
+    actual = set(cls.template_fields)
     if templated is None:
         problems.append(f"{where} no 'Templated fields:' line (here or in its base's section)")
     elif templated != actual:
@@ -238,6 +240,13 @@ def test_operator_reference_matches_the_code() -> None:
     classes = exported_classes()
     assert len(classes) >= 16  # the generic operator and sensor, and seven Kubeflow kinds of each
     assert reference_problems(sections, classes) == []
+
+
+def test_trigger_reference_matches_the_code() -> None:
+    from airflow_provider_training.triggers.training import TrainingJobTrigger
+
+    sections = parse_reference((DOCS / "triggers.md").read_text())
+    assert reference_problems(sections, {"TrainingJobTrigger": TrainingJobTrigger}) == []
 
 
 # -- the checker itself catches what it must --------------------------------------------------------------
@@ -373,6 +382,16 @@ def test_named_modules_and_config_options_exist(path: Path) -> None:
     options = PROVIDER_INFO["config"]["training"]["options"]
     unknown = sorted({option for option in _TRAINING_OPTION.findall(text) if option not in options})
     assert (missing, unknown) == ([], [])
+
+
+_TOP_DIRS = "airflow_provider_training|benchmarks|docs|example_dags|scripts|tests"
+_REPO_PATH = re.compile(rf"`((?:{_TOP_DIRS})/[\w./-]*)`")
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: p.name)
+def test_named_repository_paths_exist(path: Path) -> None:
+    missing = sorted({name for name in _REPO_PATH.findall(path.read_text()) if not (ROOT / name).exists()})
+    assert missing == []
 
 
 def test_every_doc_is_listed_in_the_index() -> None:
