@@ -1,0 +1,63 @@
+"""A learning-rate sweep: one data-parallel PyTorchJob per learning rate, mapped at run time, then the best.
+
+``PyTorchJobOperator.partial(...).expand(job=...)`` makes one mapped task instance per job; each gets its
+own job name (from the map index), so retries reattach to the right job. Every trial writes its metrics to
+``<out>/<run id>/<rate>.json``, a directory the Airflow worker and the pods share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.sdk import DAG, Param, task
+
+from airflow_provider_training.operators import PyTorchJobOperator
+from airflow_provider_training.specs import pytorch_job
+
+TRAIN_SCRIPT = Path(__file__).resolve().parent / "training" / "ddp_sgd.py"
+LEARNING_RATES = (0.05, 0.2, 0.8)
+TRIAL_DIR = "{{ params.out }}/{{ run_id }}"
+
+
+def trial(lr: float) -> dict:
+    return pytorch_job(
+        image="python:3.11-slim",  # any image with numpy and the script; localkube runs it locally
+        command=["python", str(TRAIN_SCRIPT)],
+        args=["--lr", str(lr), "--epochs", "{{ params.epochs }}", "--metrics-out", f"{TRIAL_DIR}/{lr}.json"],
+        master=1,
+        workers=1,
+    )
+
+
+@task
+def pick_best(params: dict, run_id: str) -> dict:
+    """The trial with the lowest validation loss."""
+    trials = [json.loads(path.read_text()) for path in (Path(params["out"]) / run_id).glob("*.json")]
+    for m in sorted(trials, key=lambda m: m["lr"]):
+        print(f"lr {m['lr']}: val_loss {m['val_loss']:.4f}, accuracy {m['val_accuracy']:.3f}")
+    best = min(trials, key=lambda m: m["val_loss"])
+    print(f"best: lr {best['lr']}")
+    return best
+
+
+with DAG(
+    "hyperparameter_sweep",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    params={
+        "out": Param(os.environ.get("SWEEP_OUT", str(Path.home() / "sweeps")), type="string"),
+        "epochs": Param(10, type="integer", minimum=1),
+    },
+    tags=["training", "pytorch", "sweep"],
+) as dag:
+    trials = PyTorchJobOperator.partial(
+        task_id="trial",
+        deferrable=True,
+        on_finish_action="delete_succeeded",
+        execution_timeout=timedelta(hours=1),
+    ).expand(job=[trial(lr) for lr in LEARNING_RATES])
+    trials >> pick_best()
