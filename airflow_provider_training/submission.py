@@ -186,19 +186,29 @@ class JobSubmitter:
             "api_version": kind.api_version,
         }
 
-    def status(self, hook: TrainingJobHook, kind: JobKind, job: Mapping[str, Any]) -> JobStatus:
+    def status(
+        self,
+        hook: TrainingJobHook,
+        kind: JobKind,
+        job: Mapping[str, Any],
+        *,
+        grace_seconds: float | None = None,
+    ) -> JobStatus:
+        """The job's status, with its status children read first where the kind needs them."""
         meta = job.get("metadata") or {}
         needs_children = any(c.needed_for_status for c in kind.children)
         children = hook.list_children(kind, meta["name"], meta["namespace"]) if needs_children else {}
-        return kind.status(job, children)  # type: ignore[arg-type]
+        return kind.status(job, children, grace_seconds=grace_seconds)  # type: ignore[arg-type]
 
     def read(
-        self, kind: JobKind, name: str, namespace: str | None
+        self, kind: JobKind, name: str, namespace: str | None, *, grace_seconds: float | None = None
     ) -> tuple[dict[str, Any] | None, JobStatus | None]:
         """The job and its status (``None, None`` when it does not exist): one status read, for sensors."""
         with self.hook() as hook:
             job = hook.get_job(kind, name, namespace or hook.get_namespace())
-            return (job, self.status(hook, kind, job)) if job is not None else (None, None)
+            if job is None:
+                return None, None
+            return job, self.status(hook, kind, job, grace_seconds=grace_seconds)
 
     def is_terminal(self, kind: JobKind, job: Mapping[str, Any]) -> bool:
         with self.hook() as hook:

@@ -120,11 +120,14 @@ class TrainingJobSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> bool:
         kind = self._job_kind()
-        job, status = self._submitter().read(kind, self.job_name, self.namespace)
+        grace = status_grace_period()
+        job, status = self._submitter().read(kind, self.job_name, self.namespace, grace_seconds=grace)
         if job is None or status is None:
             self.log.info("%s %s does not exist (yet)", kind.kind, self.job_name)
             return False
         self.log.info("%s %s is %s", kind.kind, self.job_name, status.state.value)
+        if status.stalled:  # no status past the grace period: nothing runs the job
+            raise TrainingJobSensorError(f"{kind.kind} {self.job_name}: {status.message}")
         if status.state.value == "Failed":
             # The same explanation as the operator's: the trigger reads the failing replicas at once.
             from airflow_provider_training.waiting import run_inline
