@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,13 +123,21 @@ def make_context(
     return {"ti": ti, "run_id": ti.run_id, "task_state_store": store}
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
-    """One localkube (controllers, scripted runtime) per test module; the default connection points at it."""
-    kube = LocalKube(runtime="scripted")
+@contextmanager
+def serve(tmp_path_factory: pytest.TempPathFactory, **options: Any) -> Iterator[LocalKube]:
+    """A localkube with the scripted runtime (``options`` go to LocalKube, e.g. ``controllers=[]``) that the
+    default connection points at, until the block ends."""
+    kube = LocalKube(runtime="scripted", **options)
     with kube, pytest.MonkeyPatch.context() as mp:
         path: Path = kube.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
         mp.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(path))
+        yield kube
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
+    """One localkube (default controllers, scripted runtime) per test module."""
+    with serve(tmp_path_factory) as kube:
         yield kube
 
 

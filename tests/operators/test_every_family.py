@@ -16,7 +16,8 @@ from tests.operators.harness import make_context, run_operator
 pytestmark = pytest.mark.timeout(30)
 EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "examples"
 FILES = sorted(EXAMPLES.glob("*/*.yaml"))
-QUICK = json.dumps({"default": {"duration": 0.1, "logs": ["replica says hello"]}})
+# Long enough for the wait to see the pods: v1alpha1 MXJob deletes them as soon as the chief is done.
+QUICK = json.dumps({"default": {"duration": 0.5, "logs": ["replica says hello"]}})
 
 
 def example(path: Path) -> dict:
