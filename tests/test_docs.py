@@ -434,3 +434,9 @@ def test_rbac_role_grants_exactly_what_the_provider_uses() -> None:
         for verb in rule["verbs"]
     }
     assert granted == required_rules()
+
+
+def test_readme_leads_with_the_two_commands() -> None:
+    first_block = (ROOT / "README.md").read_text().split("```")[1]
+    commands = [line.split("#")[0].strip() for line in first_block.splitlines()[1:]]
+    assert [command for command in commands if command] == ["make demo", "make test"]
