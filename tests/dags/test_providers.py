@@ -36,3 +36,13 @@ def test_providers_manager_reads_every_section():
         for entry in info[section]:
             for module in entry["python-modules"]:
                 __import__(module)
+
+
+def test_every_public_operator_and_sensor_is_registered():
+    from airflow_provider_training import operators, sensors
+    from airflow_provider_training.provider_info import PROVIDER_INFO
+
+    for package, section in ((operators, "operators"), (sensors, "sensors")):
+        listed = {m for entry in PROVIDER_INFO[section] for m in entry["python-modules"]}
+        modules = {getattr(package, name).__module__ for name in package.__all__}
+        assert modules <= listed, f"{section} not in provider_info: {sorted(modules - listed)}"
