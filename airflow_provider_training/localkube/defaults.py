@@ -10,7 +10,10 @@ defaults belong to the schema validator).
 
 Two deliberate differences: a Job template's pod `restartPolicy` is not defaulted (the real server would
 default it to `Always` and then refuse the Job; localkube accepts the Job and leaves the field unset), and
-nothing is validated beyond what a conversion needs.
+nothing is validated beyond what a conversion needs, except that a create request for a pod without
+containers, or for a ReplicaSet or Job whose pod template has none, is refused (`require_containers`, 422
+`spec.containers: Required value`): a pod runtime cannot run a pod without. Objects written into the store
+directly (by controllers and tests) are not checked.
 """
 
 from __future__ import annotations
@@ -48,6 +51,28 @@ def apply_on_write(rt: ResourceType, obj: dict, *, creating: bool) -> dict:
     obj = clone(obj)
     writer(obj, creating)
     return obj
+
+
+_CONTAINERS_AT = {
+    "pods": ("spec",),
+    "replicasets.apps": ("spec", "template", "spec"),
+    "jobs.batch": ("spec", "template", "spec"),
+}
+
+
+def require_containers(rt: ResourceType, obj: dict) -> None:
+    """422 Invalid for a pod (or a workload's pod template) without containers, as the real server answers."""
+    path = _CONTAINERS_AT.get(rt.key) if rt.builtin else None
+    if path is None:
+        return
+    spec: Any = obj
+    for key in path:
+        spec = spec.get(key) if isinstance(spec, dict) else None
+    if isinstance(spec, dict) and spec.get("containers"):
+        return
+    field = ".".join((*path, "containers"))
+    cause = {"reason": "FieldValueRequired", "field": field, "message": "Required value"}
+    raise ApiError.invalid(rt, str((obj.get("metadata") or {}).get("name") or ""), [cause])
 
 
 def _default(mapping: dict, key: str, value: Any) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from airflow_provider_training.localkube import resources as discovery
+from airflow_provider_training.localkube.defaults import require_containers
 from airflow_provider_training.localkube.faults import (
     END_WATCH,
     EXPIRE_WATCH,
@@ -202,7 +203,9 @@ class _Api:
                 {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
             )
         if request.method == "POST" and (namespace is not None or not rt.namespaced):
-            return json_response(self.store.create(rt, namespace or "", await self._body(request)), 201)
+            body = await self._body(request)
+            require_containers(rt, body)
+            return json_response(self.store.create(rt, namespace or "", body), 201)
         if request.method == "DELETE":
             options = await self._body(request, optional=True)
             items = self.store.delete_collection(

@@ -244,3 +244,41 @@ def test_default_cluster_runs_the_builtin_controllers(localkube: LocalKube) -> N
         assert job_condition(job) == ("Complete", "CompletionsReached") and job.status.succeeded == 1
     finally:
         kube.api.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ("Pod", "spec.containers"),
+        ("ReplicaSet.apps", "spec.template.spec.containers"),
+        ("Job.batch", "spec.template.spec.containers"),
+    ],
+)
+def test_a_pod_or_template_without_containers_is_refused(tmp_path: Path, kind: str, field: str) -> None:
+    """As the real API server: 422 `<field>: Required value`, so no controller or runtime ever sees one."""
+    template = {"metadata": {"labels": {"app": "empty"}}, "spec": {"containers": []}}
+    with running(tmp_path) as kube:
+        create = {
+            "Pod": lambda: kube.core.create_namespaced_pod(
+                "default", {"metadata": {"name": "empty"}, "spec": {"containers": []}}
+            ),
+            "ReplicaSet.apps": lambda: client.AppsV1Api(kube.api).create_namespaced_replica_set(
+                "default",
+                {
+                    "metadata": {"name": "empty"},
+                    "spec": {"selector": {"matchLabels": {"app": "empty"}}, "template": template},
+                },
+            ),
+            "Job.batch": lambda: client.BatchV1Api(kube.api).create_namespaced_job(
+                "default", {"metadata": {"name": "empty"}, "spec": {"template": template}}
+            ),
+        }[kind]
+        with pytest.raises(client.ApiException) as info:
+            create()
+        assert info.value.status == 422
+        body = json.loads(info.value.body)
+        assert body["message"] == f'{kind} "empty" is invalid: {field}: Required value'
+        assert body["details"]["causes"] == [
+            {"reason": "FieldValueRequired", "message": "Required value", "field": field}
+        ]
+        assert kube.core.list_namespaced_pod("default").items == []

@@ -229,7 +229,7 @@ def _store_with(*names: str, pods: tuple[str, ...] = ()) -> Store:
     for name in names:
         store.create(SERVICES, "ns", {"metadata": {"name": name}, "spec": {"clusterIP": "None"}})
     for name in pods:
-        store.create(PODS, "ns", {"metadata": {"name": name}, "spec": {"containers": []}})
+        store.create(PODS, "ns", _pod(name))
     return store
 
 
