@@ -43,6 +43,21 @@ def watch_pod(kc: KubeClient, name: str, until: Callable[[Any], bool]) -> list[A
     pytest.fail(f"pod {name} never reached the expected state")
 
 
+def wait_raw_status(kc: KubeClient, name: str, check: Callable[[dict], bool]) -> dict:
+    """Poll one pod's `.status` as raw JSON (the typed model refuses some specs) until `check` holds."""
+    found: list[dict] = []
+
+    def ready() -> bool:
+        response = kc.core.read_namespaced_pod(name, "default", _preload_content=False)
+        status = json.loads(response.data).get("status") or {}
+        if check(status):
+            found.append(status)
+        return bool(found)
+
+    kc.wait_until(ready, f"pod {name}")
+    return found[0]
+
+
 def state_name(pod: Any) -> tuple[str, str | None]:
     statuses = pod.status.container_statuses or []
     if not statuses:
@@ -226,34 +241,48 @@ def test_script_found_up_the_owner_chain(kc: KubeClient) -> None:
             "JAXJob",
             "chain",
             {"Worker": replica("jax")},
-            script={"default": {"exit_code": 4}},
+            script={"default": {"exit_code": 4, "backoff": 0.01}},
             runPolicy={"suspend": True},
         )
     )
+    template = bare_pod("unused", restart_policy="Always")
+    template["metadata"] = {"labels": {"app": "chain"}}
     replica_set = {
         "metadata": {"name": "chain-rs", "ownerReferences": [_ref(owner)]},
-        "spec": {
-            "selector": {"matchLabels": {"app": "chain"}},
-            "template": {"metadata": {"labels": {"app": "chain"}}},
-        },
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chain"}}, "template": template},
     }
-    response = client.AppsV1Api(kc.api).create_namespaced_replica_set(
-        "default", replica_set, _preload_content=False
-    )
-    rs_uid = json.loads(response.data)["metadata"]["uid"]
-    pod = bare_pod("chain-rs-x1")
-    pod["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "name": "chain-rs",
-            "uid": rs_uid,
-            "controller": True,
-        }
-    ]
-    kc.core.create_namespaced_pod("default", pod)
-    failed = kc.wait_pod("chain-rs-x1", lambda p: p.status.phase == "Failed")
-    assert failed.status.container_statuses[0].state.terminated.exit_code == 4
+    client.AppsV1Api(kc.api).create_namespaced_replica_set("default", replica_set, _preload_content=False)
+
+    def crashed_with_4() -> bool:
+        pods = kc.core.list_namespaced_pod("default", label_selector="app=chain").items
+        statuses = [s for p in pods for s in p.status.container_statuses or []]
+        ends = [s.last_state.terminated for s in statuses if s.last_state is not None]
+        return any(end is not None and end.exit_code == 4 for end in ends)
+
+    kc.wait_until(crashed_with_4, "the ReplicaSet's pod to exit 4 as the job's script says")
+    (pod,) = kc.core.list_namespaced_pod("default", label_selector="app=chain").items
+    assert pod.metadata.name.startswith("chain-rs-")
+    assert pod.status.phase == "Running"  # restartPolicy Always: it crash-loops
+
+
+def test_a_pod_the_runtime_cannot_drive_fails_alone(kc: KubeClient) -> None:
+    """Specs localkube accepts but the runtime trips over (a nameless container, a numeric image): each such
+    pod is Failed with a Warning event, and the runtime goes on driving the other pods."""
+    nameless = bare_pod("nameless")
+    del nameless["spec"]["containers"][0]["name"]
+    numeric_image = bare_pod("numeric-image")
+    numeric_image["spec"]["containers"][0]["image"] = 5
+    for pod in (nameless, numeric_image):
+        name = pod["metadata"]["name"]
+        kc.core.create_namespaced_pod("default", pod, _preload_content=False)
+        status = wait_raw_status(kc, name, lambda st: st.get("phase") == "Failed")
+        assert status["reason"] == "LocalkubeRuntimeError"
+        (event,) = [e for e in kc.events(name) if e.reason == "LocalkubeRuntimeError"]
+        assert event.type == "Warning"
+        assert event.message.startswith("localkube runtime error: ")
+        assert event.message == status["message"]
+    kc.core.create_namespaced_pod("default", bare_pod("after"))
+    kc.wait_pod("after", lambda p: p.status.phase == "Succeeded")
 
 
 def _ref(obj: dict) -> dict:

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 NODE_NAME = "localkube"
 CONFIG_RETRY = 0.5
+RUNTIME_ERROR = "LocalkubeRuntimeError"  # reason of the event and pod status when driving a pod crashed
 
 
 class PodGone(Exception):
@@ -103,9 +104,15 @@ class Kubelet:
 
     def _start(self, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
-        if uid not in self.instances:
-            inst = self.instances[uid] = PodInstance(pod)
-            self.tasks[uid] = asyncio.create_task(self._drive(inst), name=f"pod {inst.namespace}/{inst.name}")
+        if uid in self.instances:
+            return
+        try:
+            inst = PodInstance(pod)
+        except Exception as exc:  # a spec the runtime cannot read: this pod fails, the others go on
+            self._crashed(pod, None, exc)
+            return
+        self.instances[uid] = inst
+        self.tasks[uid] = asyncio.create_task(self._drive(inst), name=f"pod {inst.namespace}/{inst.name}")
 
     def _stop(self, uid: str) -> None:
         inst = self.instances.pop(uid, None)
@@ -153,8 +160,27 @@ class Kubelet:
                     group.create_task(self._run_with_restarts(inst, container, init=False))
         except* PodGone:
             pass
-        except* Exception:
-            log.exception("localkube runtime: pod %s/%s", inst.namespace, inst.name)
+        except* Exception as group:
+            self._crashed(inst.pod, inst, group.exceptions[0])
+
+    def _crashed(self, pod: dict, inst: PodInstance | None, exc: BaseException) -> None:
+        """An unexpected error while driving one pod: logged, a Warning event on the pod, and the pod Failed
+        (its log followers end); the runtime goes on driving every other pod."""
+        meta = pod["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        log.error("localkube runtime: pod %s/%s", namespace, name, exc_info=exc)
+        message = f"localkube runtime error: {type(exc).__name__}: {exc}"
+        if inst is not None:
+            for container in inst.ran:
+                self.logs.close_container(namespace, name, container)
+        with contextlib.suppress(ApiError):
+            record_event(self.store, pod, "Warning", RUNTIME_ERROR, message, "kubelet")
+        with contextlib.suppress(ApiError):  # gone already, or replaced by another pod of the same name
+            current = self.store.get(PODS, namespace, name)
+            if current["metadata"]["uid"] == meta["uid"]:
+                status = {**(current.get("status") or {}), "phase": "Failed"}
+                status.update(reason=RUNTIME_ERROR, message=message)
+                self.store.update_status(PODS, namespace, name, status)
 
     async def _run_with_restarts(self, inst: PodInstance, container: dict, *, init: bool) -> RunResult:
         while True:
