@@ -440,3 +440,31 @@ def test_readme_leads_with_the_two_commands() -> None:
     first_block = (ROOT / "README.md").read_text().split("```")[1]
     commands = [line.split("#")[0].strip() for line in first_block.splitlines()[1:]]
     assert [command for command in commands if command] == ["make demo", "make test"]
+
+
+def _first_column(text: str, header: str) -> set[str]:
+    """The backticked first cells of the table whose first header cell is ``header``."""
+    names: set[str] = set()
+    rows = iter(text.splitlines())
+    for line in rows:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == header:
+            next(rows)  # the |---| separator
+            for row in rows:
+                if not row.startswith("|"):
+                    break
+                names.update(_TICKED.findall(row.split("|")[1])[:1])
+    return names
+
+
+def test_connection_extras_and_config_options_are_the_code_s() -> None:
+    from dataclasses import fields
+
+    from airflow_provider_training.hooks.connection import KubeSettings
+    from airflow_provider_training.links import TEMPLATE_EXTRA
+    from airflow_provider_training.provider_info import PROVIDER_INFO
+
+    text = (DOCS / "connection.md").read_text()
+    extras = {f.name for f in fields(KubeSettings)} | {TEMPLATE_EXTRA}
+    options = {f"[training] {name}" for name in PROVIDER_INFO["config"]["training"]["options"]}
+    assert (_first_column(text, "extra"), _first_column(text, "option")) == (extras, options)
