@@ -219,6 +219,8 @@ class TensorStackController(ReconcileLoop):
 class Reconciliation:
     """One pass over one T9k job."""
 
+    counts_backoff = True  # the training jobs' shared restart budget, `status.backoffCount`
+
     def __init__(self, controller: TensorStackController, job: Job) -> None:
         self.controller, self.job = controller, job
         self.store = controller.store
@@ -228,7 +230,8 @@ class Reconciliation:
     # -- the pass ------------------------------------------------------------------------------------------
     def run(self) -> float | None:
         status, job = self.status, self.job
-        status.setdefault("backoffCount", 0)
+        if self.counts_backoff:
+            status.setdefault("backoffCount", 0)
         if status.get("phase") in ("Succeeded", "Failed"):
             self.clean_up()
         elif job.paused:
@@ -252,7 +255,7 @@ class Reconciliation:
             for index in range(job.replicas(rtype)):
                 name = job.pod_name(rtype, index)
                 if name not in self.pods:
-                    labels = {OWNER_LABEL: job.name}
+                    labels = self.pod_labels(rtype, index)
                     self.pods[name] = create_pod(
                         self.store, job.raw, self.template(rtype, index), labels, name=name
                     )
@@ -264,13 +267,19 @@ class Reconciliation:
                         "labels": {OWNER_LABEL: job.name},
                         "ownerReferences": [owner_reference(job.raw)],
                     },
-                    "spec": {"clusterIP": "None", "ports": [{"name": "t9k-port", "port": job.port(rtype)}]},
+                    "spec": {"clusterIP": "None", "ports": self.service_ports(rtype)},
                 }
                 create_quietly(self.store, SERVICES, job.namespace, service)
         if not self.has("Initialized"):
             self.condition("Initialized", "True", "-", "All sub-resources are created.")
             for type_ in ("Running", "ReplicaFailure", "Completed", "Failed"):
                 self.condition(type_, "False", "Created", "")
+
+    def pod_labels(self, rtype: str, index: int) -> dict[str, str]:
+        return {OWNER_LABEL: self.job.name}
+
+    def service_ports(self, rtype: str) -> list[dict]:
+        return [{"name": "t9k-port", "port": self.job.port(rtype)}]
 
     def template(self, rtype: str, index: int) -> dict:
         """The replica's template: restartPolicy Never, the env, and the debug or resume overrides."""
