@@ -16,8 +16,10 @@ WORKER 0) decides: Running, then CleanUp with `state` Succeeded/Failed, pods rem
 Both write the whole object back (no status subresource), which also persists a generated `RuntimeId`.
 A replica's state is its latest pod's `mxnet` container: running or waiting is Running, exit 0 Succeeded, a
 retryable exit (>= 128, not OOMKilled; looked up in the last termination while it restarts) Running, any
-other Failed. Simplified: reconciles follow events instead of the 8 s interval; env lists of one to five
-entries (a panic upstream) and a missing replica type (an invalid env entry upstream) are not reproduced.
+other Failed. Simplified: reconciles follow events instead of the 8 s interval, except that the v1alpha1
+CleanUp step waits `RESYNC` seconds (a scaled-down interval), so clients see the finished state with its
+pods first; env lists of one to five entries (a panic upstream) and a missing replica type (an invalid env
+entry upstream) are not reproduced.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import copy
 import random
 import string
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +50,7 @@ from airflow_provider_training.localkube.store import ApiError, WatchEvent
 SCHEDULER, SERVER, WORKER = "SCHEDULER", "SERVER", "WORKER"
 CONTAINER = "mxnet"
 PS_ROOT_PORT = 9091
+RESYNC = 0.5  # seconds before the v1alpha1 CleanUp step (upstream: the next 8 s reconcile)
 _ALPHABET = string.ascii_lowercase + string.digits
 UNKNOWN, RUNNING, SUCCEEDED, FAILED = "Unknown", "Running", "Succeeded", "Failed"
 
@@ -187,6 +191,7 @@ class LegacyMxnetController(ReconcileLoop):
     def __init__(self) -> None:
         super().__init__()
         self.types: dict[ResourceType, Lineage] = {}
+        self.cleanup_due: dict[str, float] = {}  # job uid -> when its CleanUp step runs (monotonic)
 
     async def run(self, cluster: Any) -> None:
         for lineage in LINEAGES:
@@ -237,9 +242,8 @@ class LegacyMxnetController(ReconcileLoop):
         job = MxJob(lineage, raw)
         status = copy.deepcopy(raw.get("status") or {})
         if lineage.pods_directly:
-            KubeflowPass(self, job, status).run()
-        else:
-            MlkubePass(self, job, status).run()
+            return KubeflowPass(self, job, status).run()
+        MlkubePass(self, job, status).run()
         return None
 
     def write(self, job: MxJob, status: dict) -> None:
@@ -388,11 +392,13 @@ class MlkubePass(_Pass):
 class KubeflowPass(_Pass):
     """kubeflow/mxnet-operator v1alpha1: pods and Services per index; the chief decides; CleanUp → Done."""
 
-    def run(self) -> None:
+    def run(self) -> float | None:
+        """One pass; the seconds until the CleanUp step is due, while it waits."""
         status, job = self.status, self.job
         phase_now = status.get("phase") or ""
         if phase_now in ("Done", "Failed"):
-            return
+            self.controller.cleanup_due.pop(job.raw["metadata"]["uid"], None)
+            return None
         if not phase_now:
             problem = self.setup()
             if problem:
@@ -400,12 +406,17 @@ class KubeflowPass(_Pass):
             else:
                 status.update(phase="Creating", state=RUNNING, reason="")
             self.write()
-            return
+            return None
         if phase_now == "CleanUp":
+            due = self.controller.cleanup_due.setdefault(
+                job.raw["metadata"]["uid"], time.monotonic() + RESYNC
+            )
+            if time.monotonic() < due:
+                return due - time.monotonic()
             self.clean_up()
             status["phase"] = "Done"
             self.write()
-            return
+            return None
         pods = [
             p
             for p in self.store.list(PODS, job.namespace)
@@ -435,6 +446,7 @@ class KubeflowPass(_Pass):
             status.update(phase="CleanUp", state=chief_state)
         status["replicaStatuses"] = self.replica_statuses(states)
         self.write()
+        return None
 
     @property
     def chief(self) -> dict:
