@@ -29,6 +29,7 @@ def trial(lr: float) -> dict:
         args=["--lr", str(lr), "--epochs", "{{ params.epochs }}", "--metrics-out", f"{TRIAL_DIR}/{lr}.json"],
         master=1,
         workers=1,
+        run_policy={"backoffLimit": 2},  # a replica that keeps failing fails the job after 2 restarts
     )
 
 

@@ -103,6 +103,7 @@ with DAG(
             ],
             master=1,
             workers=1,
+            run_policy={"backoffLimit": 2},  # a replica that keeps failing fails the job after 2 restarts
         ),
         deferrable=True,
         log_replicas="all",

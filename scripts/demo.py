@@ -147,6 +147,9 @@ def dags_test(env: dict[str, str]) -> tuple[int, str]:
                 sys.stdout.write(line)
                 log.write(line)
                 lines.append(line)
+        except BaseException:  # Ctrl-C (which reaches it as well) or SIGTERM: stop it before localkube
+            process.terminate()
+            raise
         finally:
             code = process.wait()
     return code, "".join(lines)
@@ -257,7 +260,12 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM too: unwind, so localkube and the DAG run are stopped
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         sys.exit(main())
     except KeyboardInterrupt:
