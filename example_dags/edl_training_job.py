@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
-from airflow_provider_training.operators import TrainingJobOperator
+from airflow_provider_training.operators import PaddleEDLTrainingJobOperator
 
 JOB = {
     "apiVersion": "paddlepaddle.org/v1",
@@ -42,10 +42,8 @@ with DAG(
     catchup=False,
     tags=["training", "paddlepaddle", "edl"],
 ) as dag:
-    TrainingJobOperator(
+    PaddleEDLTrainingJobOperator(
         task_id="train",
-        kind="TrainingJob",
-        api_version="paddlepaddle.org/v1",
         job=JOB,
         deferrable=True,
         log_replicas="all",

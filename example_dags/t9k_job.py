@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
-from airflow_provider_training.operators import TrainingJobOperator
+from airflow_provider_training.operators import T9kPyTorchTrainingJobOperator
 
 JOB = {
     "apiVersion": "batch.tensorstack.dev/v1beta1",
@@ -49,10 +49,8 @@ with DAG(
     catchup=False,
     tags=["training", "t9k", "pytorch"],
 ) as dag:
-    TrainingJobOperator(
+    T9kPyTorchTrainingJobOperator(
         task_id="train",
-        kind="PyTorchTrainingJob",
-        api_version="batch.tensorstack.dev/v1beta1",
         job=JOB,
         deferrable=True,
         log_replicas="all",
