@@ -181,12 +181,12 @@ def decode(value: bytes | str) -> dict:
     return json.loads(data) if isinstance(data, str) else data
 
 
-def loss_curves(output: str) -> dict[str, tuple[tuple[str, str], tuple[str, str]]]:
-    """Per replica: the (epoch, loss) its log shows first and last."""
-    curves: dict[str, list[tuple[str, str]]] = {}
+def loss_curves(output: str) -> dict[str, list[tuple[int, float]]]:
+    """Per replica (its log prefix): the (epoch, loss) points its training logged, in order."""
+    curves: dict[str, list[tuple[int, float]]] = {}
     for match in EPOCH_LOSS.finditer(output):
-        curves.setdefault(match["replica"], []).append((match["epoch"], match["loss"]))
-    return {replica: (points[0], points[-1]) for replica, points in curves.items()}
+        curves.setdefault(match["replica"], []).append((int(match["epoch"]), float(match["loss"])))
+    return curves
 
 
 def split_task_logs(output: str, run_id: str) -> list[Path]:
@@ -225,8 +225,9 @@ def report(code: int, output: str) -> None:
             f"{train.get('kind')} {train.get('namespace')}/{train.get('name')}: {train.get('state')} "
             f"in {train.get('duration_seconds')}s ({replicas})"
         )
-    for replica, (first, last) in loss_curves(output).items():
-        print(f"  [{replica}] loss {first[1]} (epoch {first[0]}) -> {last[1]} (epoch {last[0]})")
+    for replica, points in sorted(loss_curves(output).items()):
+        (first, start), (last, end) = points[0], points[-1]
+        print(f"  [{replica}] loss {start:.4f} (epoch {first}) -> {end:.4f} (epoch {last})")
     history = RETRAINING_ROOT / "registry" / "history.jsonl"
     if run.get("tasks", {}).get("promote") == "success" and history.exists():
         last = json.loads(history.read_text().splitlines()[-1])

@@ -3,8 +3,8 @@ replica of each PyTorchJob as a local process of ``example_dags/training/ddp_sgd
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import re
 import subprocess
 import sys
 
@@ -23,8 +23,13 @@ def output(capfd, caplog) -> str:
     return captured.out + captured.err + caplog.text  # where task logs go depends on the set-up order
 
 
-def losses(out: str, replica: str) -> list[float]:
-    return [float(loss) for loss in re.findall(rf"\[{replica}\] epoch \d+ loss ([\d.]+)", out)]
+def loss_curves(out: str) -> dict[str, list[tuple[int, float]]]:
+    """What ``make demo`` reads from the same output to summarize the training (scripts/demo.py)."""
+    spec = importlib.util.spec_from_file_location("demo", EXAMPLE_DAGS.parent / "scripts" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    return demo.loss_curves(out)
 
 
 def test_hyperparameter_sweep_trains_one_job_per_rate_and_picks_the_best(
@@ -42,8 +47,8 @@ def test_hyperparameter_sweep_trains_one_job_per_rate_and_picks_the_best(
     assert all(metrics["world_size"] == 2 and metrics["epochs"] == EPOCHS for metrics in written.values())
     best = run.get_task_instance("pick_best").xcom_pull(task_ids="pick_best")
     assert best == min(written.values(), key=lambda metrics: metrics["val_loss"])
-    curve = losses(output(capfd, caplog), "master-0")
-    assert len(curve) == 3 * EPOCHS
+    curves = loss_curves(output(capfd, caplog))
+    assert [epoch for epoch, _ in curves["master-0"]] == [*range(1, EPOCHS + 1)] * 3  # one job after another
 
 
 def snapshot(root, name: str, seed: int) -> None:
@@ -75,10 +80,12 @@ def test_retraining_pipeline_promotes_a_better_model_and_keeps_production_otherw
         "promote": "success",
         "keep_production": "skipped",
     }
-    out = output(capfd, caplog)
-    for replica in ("master-0", "worker-0"):  # both replicas' logs, and the loss falls
-        curve = losses(out, replica)
-        assert len(curve) == EPOCHS and curve == sorted(curve, reverse=True) and curve[-1] < curve[0]
+    curves = loss_curves(output(capfd, caplog))
+    assert sorted(curves) == ["master-0", "worker-0"]  # both replicas' logs, prefixed by replica
+    for points in curves.values():  # every epoch, and the loss falls
+        assert [epoch for epoch, _ in points] == list(range(1, EPOCHS + 1))
+        losses = [loss for _, loss in points]
+        assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0]
     promoted = json.loads((production / "metrics.json").read_text())
     assert promoted["world_size"] == 2 and promoted["data"].endswith("2026-11-28.npz")
     assert "baseline_val_loss" not in promoted  # nothing in production yet: better by default
