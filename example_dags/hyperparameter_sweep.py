@@ -1,7 +1,8 @@
 """A learning-rate sweep: one data-parallel PyTorchJob per learning rate, mapped at run time, then the best.
 
-``PyTorchJobOperator.partial(...).expand(job=...)`` makes one mapped task instance per job; each gets its
-own job name (from the map index), so retries reattach to the right job. Every trial writes its metrics to
+The ``learning_rates`` param (change it when triggering) becomes one job each; ``PyTorchJobOperator
+.partial(...).expand(job=...)`` makes one mapped task instance per job, and each gets its own job name (from
+the map index), so a retry reattaches to the right job. Every trial writes its metrics to
 ``<out>/<run id>/<rate>.json``, a directory the Airflow worker and the pods share.
 """
 
@@ -18,19 +19,23 @@ from airflow_provider_training.operators import PyTorchJobOperator
 from airflow_provider_training.specs import pytorch_job
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent / "training" / "ddp_sgd.py"
-LEARNING_RATES = (0.05, 0.2, 0.8)
-TRIAL_DIR = "{{ params.out }}/{{ run_id }}"
 
 
-def trial(lr: float) -> dict:
-    return pytorch_job(
-        image="python:3.11-slim",  # any image with numpy and the script; localkube runs it locally
-        command=["python", str(TRAIN_SCRIPT)],
-        args=["--lr", str(lr), "--epochs", "{{ params.epochs }}", "--metrics-out", f"{TRIAL_DIR}/{lr}.json"],
-        master=1,
-        workers=1,
-        run_policy={"backoffLimit": 2},  # a replica that keeps failing fails the job after 2 restarts
-    )
+@task
+def trial_jobs(params: dict, run_id: str) -> list[dict]:
+    """One PyTorchJob per learning rate of this run (values mapped from XCom are not templated: no Jinja)."""
+    out = Path(params["out"]) / run_id
+    return [
+        pytorch_job(
+            image="python:3.11-slim",  # any image with numpy and the script; localkube runs it locally
+            command=["python", str(TRAIN_SCRIPT)],
+            args=["--lr", str(lr), "--epochs", str(params["epochs"]), "--metrics-out", f"{out}/{lr}.json"],
+            master=1,
+            workers=1,
+            run_policy={"backoffLimit": 2},  # a replica that keeps failing fails the job after 2 restarts
+        )
+        for lr in params["learning_rates"]
+    ]
 
 
 @task
@@ -51,6 +56,7 @@ with DAG(
     catchup=False,
     params={
         "out": Param(os.environ.get("SWEEP_OUT", str(Path.home() / "sweeps")), type="string"),
+        "learning_rates": Param([0.05, 0.2, 0.8], type="array", items={"type": "number"}, minItems=1),
         "epochs": Param(10, type="integer", minimum=1),
     },
     tags=["training", "pytorch", "sweep"],
@@ -60,5 +66,5 @@ with DAG(
         deferrable=True,
         on_finish_action="delete_succeeded",
         execution_timeout=timedelta(hours=1),
-    ).expand(job=[trial(lr) for lr in LEARNING_RATES])
+    ).expand(job=trial_jobs())
     trials >> pick_best()

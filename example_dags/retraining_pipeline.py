@@ -4,7 +4,7 @@ Everything lives under the ``root`` param (default ``$RETRAINING_ROOT``, else ``
 Airflow worker and the training pods share (one machine under localkube's process runtime; a mounted
 volume on a cluster)::
 
-    incoming/<snapshot>.npz          data snapshots an upstream system drops (ddp_sgd.py --make-data)
+    incoming/<snapshot>.npz          data snapshots an upstream system drops, named to sort by time
     candidates/<snapshot>/           what training on a snapshot wrote: metrics.json, model.json
     registry/production/             the promoted model: model.json, metrics.json
     registry/history.jsonl           one line per promotion

@@ -37,7 +37,7 @@ def test_hyperparameter_sweep_trains_one_job_per_rate_and_picks_the_best(
 ):
     dag = load_dag("hyperparameter_sweep")
 
-    run = dag.test(run_conf={"out": str(tmp_path), "epochs": EPOCHS})
+    run = dag.test(run_conf={"out": str(tmp_path), "epochs": EPOCHS, "learning_rates": [0.05, 0.2, 0.8]})
 
     assert run.state == "success"
     trials = run.get_task_instances()
