@@ -65,6 +65,8 @@ def test_success(family_cluster, case, mode, capsys):
     assert (result["kind"], result["api_version"]) == (case.job_kind.kind, case.job_kind.api_version)
     assert result["pods"] and all(pod.startswith(result["name"]) for pod in result["pods"])
     assert "saved model" in capsys.readouterr().out  # replica logs streamed into the task log
+    wait_for(lambda: not leftovers(family_cluster, case, result["name"]))  # on_finish_action="delete"
+    assert leftovers(family_cluster, case, result["name"]) == []
 
 
 @pytest.mark.parametrize("mode", MODES)
