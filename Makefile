@@ -19,7 +19,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check airflow_provider_training tests benchmarks example_dags
+	$(BIN)/ruff check airflow_provider_training tests benchmarks example_dags scripts
+	$(BIN)/ruff format --check airflow_provider_training tests benchmarks example_dags scripts
 	$(BIN)/mypy
 
 demo: $(STAMP)
