@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_training.localkube.controllers.builtin import (
@@ -66,6 +66,15 @@ AGGREGATE_KEYS = ("creating", "pending", "running", "succeeded", "failed", "unkn
 DEBUG_SCRIPT: dict[str, Any] = {"duration": None, "logs": []}  # `sleep inf`: no output, until deleted
 
 
+def replica_specs(spec: dict) -> list[dict]:
+    """`spec.replicaSpecs[]` as written (the kinds with an older shape normalise theirs to this)."""
+    return list(spec.get("replicaSpecs") or [])
+
+
+def no_env(job: Job, rtype: str, index: int) -> list[dict]:
+    return []
+
+
 @dataclass(frozen=True)
 class T9kKind:
     kind: str
@@ -73,7 +82,10 @@ class T9kKind:
     port: int
     restart_policy: str  # the default per replica
     master: Callable[[list[str]], str]  # replica types in spec order -> the deciding type (index 0)
-    env: Callable[[Job, str, int], list[dict]]
+    env: Callable[[Job, str, int], list[dict]] = no_env
+    specs: Callable[[dict], list[dict]] = replica_specs  # the spec -> its `replicaSpecs[]` entries
+    unindexed: frozenset[str] = frozenset()  # types with one pod `<job>-<type>` (launchers)
+    debug_commands: Mapping[str, list[str]] = field(default_factory=dict)  # per type; else `sleep inf`
 
     @property
     def plural(self) -> str:
@@ -89,7 +101,7 @@ class Job:
         self.name, self.namespace, self.uid = meta["name"], meta["namespace"], meta["uid"]
         self.spec: dict = raw.get("spec") or {}
         self.specs: dict[str, dict] = {}
-        for spec in self.spec.get("replicaSpecs") or []:
+        for spec in kind.specs(self.spec):
             self.specs[str(spec.get("type"))] = spec
         self.run_mode: dict = self.spec.get("runMode") or {}
         self.run_policy: dict = self.spec.get("runPolicy") or {}
@@ -103,7 +115,13 @@ class Job:
         return sum(self.replicas(t) for t in self.specs)
 
     def pod_name(self, rtype: str, index: int) -> str:
-        return f"{self.name}-{rtype}-{index}"
+        return f"{self.name}-{rtype}" if rtype in self.kind.unindexed else f"{self.name}-{rtype}-{index}"
+
+    def replica_of(self, pod_name: str) -> tuple[str, int]:
+        """Type and index of one of the job's pods, from its name."""
+        rest = pod_name.removeprefix(f"{self.name}-")
+        rtype, _, index = rest.rpartition("-")
+        return (rtype, int(index)) if rtype and index.isdigit() else (rest, 0)
 
     def host(self, rtype: str, index: int) -> str:
         return f"{self.pod_name(rtype, index)}.{self.namespace}.svc"
@@ -182,6 +200,7 @@ class TensorStackController(ReconcileLoop):
         super().__init__()
         self.kinds = {k.kind: k for k in kinds}
         self.types: dict[str, ResourceType] = {}
+        self.restarts: dict[tuple[str, str], int] = {}  # (job uid, pod name) -> replacements, per-pod limits
 
     async def run(self, cluster: Any) -> None:
         for kind in self.kinds.values():
@@ -213,7 +232,10 @@ class TensorStackController(ReconcileLoop):
         raw = get_live(self.store, self.types[kind], namespace, name)
         if raw is None:
             return None
-        return Reconciliation(self, Job(self.kinds[kind], raw)).run()
+        return self.make_pass(self.kinds[kind], raw).run()
+
+    def make_pass(self, kind: T9kKind, raw: dict) -> Reconciliation:
+        return Reconciliation(self, Job(kind, raw))
 
 
 class Reconciliation:
@@ -292,14 +314,15 @@ class Reconciliation:
         if job.debug:
             debug = job.run_mode.get("debug") or {}
             entry = next((e for e in debug.get("replicaSpecs") or [] if e.get("type") == rtype), {})
-            self._override(spec, entry, command=entry.get("command") or ["sleep", "inf"], args=None)
+            command = entry.get("command") or job.kind.debug_commands.get(rtype) or ["sleep", "inf"]
+            self._override(spec, entry, command=command, args=None)
             override = DEBUG_SCRIPT
-        elif self.has("Paused"):  # resumed once: resumeSpecs apply from now on
-            pause = job.run_mode.get("pause") or {}
-            entry = next((e for e in pause.get("resumeSpecs") or [] if e.get("type") == rtype), {})
-            self._override(spec, entry, command=entry.get("command"), args=entry.get("args"), keep=True)
-        elif job.kind.kind == "PyTorchTrainingJob":
-            self._torchrun(template)
+        else:
+            self.launch(rtype, index, template)
+            if self.has("Paused"):  # resumed once: resumeSpecs apply from now on
+                pause = job.run_mode.get("pause") or {}
+                entry = next((e for e in pause.get("resumeSpecs") or [] if e.get("type") == rtype), {})
+                self._override(spec, entry, command=entry.get("command"), args=entry.get("args"), keep=True)
         env = job.kind.env(job, rtype, index)
         for container in spec.get("containers") or []:
             names = {e["name"] for e in env}
@@ -318,9 +341,10 @@ class Reconciliation:
             elif not keep:
                 main.pop(key, None)
 
-    def _torchrun(self, template: dict) -> None:
+    def launch(self, rtype: str, index: int, template: dict) -> None:
+        """The command the kind's controller runs in immediate mode (PyTorch's torchrun mode)."""
         config = self.job.spec.get("torchrunConfig") or {}
-        if not config.get("enabled"):
+        if self.job.kind.kind != "PyTorchTrainingJob" or not config.get("enabled"):
             return
         containers = (template.get("spec") or {}).get("containers") or []
         main = next(
@@ -341,28 +365,14 @@ class Reconciliation:
     # -- outcome -------------------------------------------------------------------------------------------
     def decide(self) -> tuple[str, str] | None:
         """("Succeeded" | "Failed", message) once the job is decided; replaces failed pods meanwhile."""
-        job, status = self.job, self.status
+        job = self.job
         master = job.pod_name(job.master, 0)
-        failure = None
-        for name, pod in list(self.pods.items()):
-            if phase(pod) != "Failed" or pod["metadata"].get("deletionTimestamp"):
-                continue
-            rtype = name.removeprefix(f"{job.name}-").rsplit("-", 1)[0]
-            code = exit_code(pod)
-            self.condition(
-                "ReplicaFailure", "True", "ErrorInPod", f"Pod[{name}] exited with error code {code}"
+        failed = self.failed_for_good()
+        if master in failed:
+            return (
+                "Failed",
+                f"{job.kind.kind} {job.name} has failed: {master} failed with exit code {failed[master]}",
             )
-            limit = int(job.run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
-            if self.may_restart(rtype, code) and status["backoffCount"] < limit:
-                status["backoffCount"] += 1
-                task = self.task(rtype)
-                task["restartCount"] = int(task.get("restartCount") or 0) + 1
-                delete_quietly(self.store, PODS, pod)
-                del self.pods[name]
-            elif name == master:
-                failure = f"{job.kind.kind} {job.name} has failed: {name} failed with exit code {code}"
-        if failure is not None:
-            return "Failed", failure
         if master in self.pods and phase(self.pods[master]) == "Succeeded":
             return "Succeeded", "The job has finished successfully."
         deadline, start = job.run_policy.get("activeDeadlineSeconds"), self.started()
@@ -370,9 +380,37 @@ class Reconciliation:
             return "Failed", f"{job.kind.kind} {job.name} has failed: it was active longer than {deadline}s"
         return None
 
-    def may_restart(self, rtype: str, code: int) -> bool:
-        policy = self.job.restart_policy(rtype)
-        return policy in ("OnFailure", "Always") or (policy == "ExitCode" and code in RETRYABLE_EXIT_CODES)
+    def failed_for_good(self) -> dict[str, int]:
+        """Replaces the failed pods that may restart (counting it); the others' names and exit codes."""
+        failed = {}
+        for name, pod in list(self.pods.items()):
+            if phase(pod) != "Failed" or pod["metadata"].get("deletionTimestamp"):
+                continue
+            rtype = self.job.replica_of(name)[0]
+            code = exit_code(pod)
+            self.condition(
+                "ReplicaFailure", "True", "ErrorInPod", f"Pod[{name}] exited with error code {code}"
+            )
+            if self.may_restart(rtype, name, code):
+                task = self.task(rtype)
+                task["restartCount"] = int(task.get("restartCount") or 0) + 1
+                delete_quietly(self.store, PODS, pod)
+                del self.pods[name]
+            else:
+                failed[name] = code
+        return failed
+
+    def may_restart(self, rtype: str, name: str, code: int) -> bool:
+        """Whether the failed pod `name` is replaced; counts the restart when it is. The training jobs: per
+        its `restartPolicy` string, within the job's shared `runPolicy.backoffLimit`."""
+        policy, status = self.job.restart_policy(rtype), self.status
+        allowed = policy in ("OnFailure", "Always") or (policy == "ExitCode" and code in RETRYABLE_EXIT_CODES)
+        if not allowed or status["backoffCount"] >= int(
+            self.job.run_policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+        ):
+            return False
+        status["backoffCount"] += 1
+        return True
 
     def finish(self, outcome: str, message: str) -> None:
         status = self.status
@@ -407,12 +445,16 @@ class Reconciliation:
             self.condition("Running", "False", "Paused", message)
 
     def clean_up(self) -> None:
-        policy = self.job.run_policy.get("cleanUpPolicy") or "None"
         for name, pod in list(self.pods.items()):
-            if policy == "All" or (policy == "Unfinished" and phase(pod) not in ("Succeeded", "Failed")):
+            if self.removed_when_finished(name, pod):
                 delete_quietly(self.store, PODS, pod)
                 delete_quietly(self.store, SERVICES, pod)
                 del self.pods[name]
+
+    def removed_when_finished(self, name: str, pod: dict) -> bool:
+        """`runPolicy.cleanUpPolicy`: None (default), All, Unfinished."""
+        policy = self.job.run_policy.get("cleanUpPolicy") or "None"
+        return policy == "All" or (policy == "Unfinished" and phase(pod) not in ("Succeeded", "Failed"))
 
     # -- status --------------------------------------------------------------------------------------------
     def has(self, type_: str) -> bool:
@@ -482,6 +524,24 @@ class Reconciliation:
         if deadline is None or not start or self.status.get("phase") in ("Succeeded", "Failed", "Paused"):
             return None
         return max(float(deadline) - seconds_since(start), 0.0) + 0.01
+
+
+class PerPodRestarts(Reconciliation):
+    """GenericJob and the 2025 MPIJob/ColossalAIJob: `restartPolicy: {policy: Always|OnFailure|Never, limit}`
+    (default OnFailure, limit 0) per replica spec: a failed pod is replaced while it has been replaced fewer
+    than `limit` times (Always as OnFailure); there is no shared budget and no `backoffCount`."""
+
+    counts_backoff = False
+
+    def may_restart(self, rtype: str, name: str, code: int) -> bool:
+        policy = self.job.specs[rtype].get("restartPolicy")
+        policy = policy if isinstance(policy, dict) else {}
+        key = (self.job.uid, name)
+        restarts = self.controller.restarts.get(key, 0)
+        if (policy.get("policy") or "OnFailure") == "Never" or restarts >= int(policy.get("limit") or 0):
+            return False
+        self.controller.restarts[key] = restarts + 1
+        return True
 
 
 def exit_code(pod: dict) -> int:

@@ -19,21 +19,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
-from airflow_provider_training.localkube.controllers.builtin import delete_quietly, get_live
 from airflow_provider_training.localkube.controllers.kubeflow import phase
 from airflow_provider_training.localkube.controllers.tensorstack import (
     OWNER_LABEL,
     Job,
-    Reconciliation,
+    PerPodRestarts,
     T9kKind,
     TensorStackController,
-    exit_code,
 )
-from airflow_provider_training.localkube.resources import PODS
 
-GENERICJOB = T9kKind("GenericJob", "", 0, "OnFailure", lambda types: "", lambda _job, _type, _index: [])
+GENERICJOB = T9kKind("GenericJob", "", 0, "OnFailure", lambda types: "")
 _VARIABLE = re.compile(
     r"\$\((?:(type)|(rank)|replicas\[([^\]]+)\]|service\.port\[([^\]]+)\]|service\.([^\[\]]+)\[(\d+)\]\.host)\)"
 )
@@ -49,10 +45,6 @@ class GenericJobView(Job):
         self.ports = {
             str(p.get("name")): p.get("port") for p in (self.spec.get("service") or {}).get("ports") or []
         }
-
-    def restart(self, rtype: str) -> tuple[str, int]:
-        policy = self.specs[rtype].get("restartPolicy") or {}
-        return str(policy.get("policy") or "OnFailure"), int(policy.get("limit") or 0)
 
     def rules(self, field: str) -> list[tuple[dict, set[Replica]]]:
         """Each rule as written and the replicas it lists."""
@@ -77,12 +69,10 @@ class GenericJobView(Job):
         return _VARIABLE.sub(value, text)
 
 
-class GenericReconciliation(Reconciliation):
+class GenericReconciliation(PerPodRestarts):
     """One pass over one GenericJob: the training-job pass with GenericJob's labels, ports and rules."""
 
-    controller: GenericJobController
     job: GenericJobView
-    counts_backoff = False
 
     def pod_labels(self, rtype: str, index: int) -> dict[str, str]:
         name = self.job.pod_name(rtype, index)
@@ -110,28 +100,8 @@ class GenericReconciliation(Reconciliation):
 
     def decide(self) -> tuple[str, str] | None:
         job = self.job
-        succeeded, failed = set(), set()
-        for name, pod in list(self.pods.items()):
-            rtype, _, index = name.removeprefix(f"{job.name}-").rpartition("-")
-            replica = (rtype, int(index))
-            if phase(pod) == "Succeeded":
-                succeeded.add(replica)
-            if phase(pod) != "Failed" or pod["metadata"].get("deletionTimestamp"):
-                continue
-            code = exit_code(pod)
-            self.condition(
-                "ReplicaFailure", "True", "ErrorInPod", f"Pod[{name}] exited with error code {code}"
-            )
-            policy, limit = job.restart(rtype)
-            restarts = self.controller.restarts.get((job.uid, name), 0)
-            if policy != "Never" and restarts < limit:
-                self.controller.restarts[(job.uid, name)] = restarts + 1
-                task = self.task(rtype)
-                task["restartCount"] = int(task.get("restartCount") or 0) + 1
-                delete_quietly(self.store, PODS, pod)
-                del self.pods[name]
-            else:
-                failed.add(replica)
+        failed = {job.replica_of(name) for name in self.failed_for_good()}
+        succeeded = {job.replica_of(name) for name, pod in self.pods.items() if phase(pod) == "Succeeded"}
         every = {(t, i) for t in job.specs for i in range(job.replicas(t))}
         success_rules = job.rules("successRules") or [({}, every)]
         if any(listed <= succeeded for _rule, listed in success_rules):
@@ -145,15 +115,10 @@ class GenericReconciliation(Reconciliation):
 
 
 class GenericJobController(TensorStackController):
-    """Reconciles GenericJobs; remembers per replica pod how often it was replaced."""
+    """Reconciles GenericJobs."""
 
     def __init__(self) -> None:
         super().__init__((GENERICJOB,))
-        self.restarts: dict[tuple[str, str], int] = {}  # (job uid, pod name) -> replacements
 
-    def reconcile(self, key: Any) -> float | None:
-        _kind, namespace, name = key
-        raw = get_live(self.store, self.types[GENERICJOB.kind], namespace, name)
-        if raw is None:
-            return None
-        return GenericReconciliation(self, GenericJobView(raw)).run()
+    def make_pass(self, kind: T9kKind, raw: dict) -> GenericReconciliation:
+        return GenericReconciliation(self, GenericJobView(raw))
