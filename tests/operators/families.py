@@ -2,10 +2,8 @@
 :class:`FamilyCase` per kind, with a manifest whose pods follow a scripted timeline, the replica that decides
 the outcome, and helpers that read the localkube store directly (replica pods, leftover children).
 
-localkube emulates the EDL, both legacy MXNet and the T9k TensorFlow/PyTorch/XGBoost controllers. For the
-T9k kinds the generic operator covers (DeepSpeedJob, ColossalAIJob, MPIJob, GenericJob) it has none; the
-family cluster runs localkube's T9k controller for them too, reading DeepSpeedJob's ``worker`` block as its
-one replica spec (the status it writes is the shape every T9k kind shares).
+localkube's default controllers emulate every kind here: EDL, both legacy MXNet operators and every T9k kind
+(TensorFlow/PyTorch/XGBoost training jobs, GenericJob, DeepSpeedJob, ColossalAIJob and MPIJob).
 """
 
 from __future__ import annotations
@@ -214,14 +212,20 @@ CASES = [
             sensors.T9kJobSensor,
             build,
             decider,
-            f"{decider}-0",
+            decider_text,
             {"kind": kind},
         )
-        for kind, build, decider in (
-            ("DeepSpeedJob", deepspeed, "worker"),
-            ("ColossalAIJob", t9k_generic("ColossalAIJob", {"launcher": 1, "worker": 1}), "launcher"),
-            ("MPIJob", t9k_generic("MPIJob", {"launcher": 1, "worker": 1}), "launcher"),
-            ("GenericJob", t9k_generic("GenericJob", {"worker": 2}), "worker"),
+        for kind, build, decider, decider_text in (
+            ("DeepSpeedJob", deepspeed, "worker", "worker-0"),
+            # The launcher pod has no index: <job>-launcher.
+            (
+                "ColossalAIJob",
+                t9k_generic("ColossalAIJob", {"launcher": 1, "worker": 1}),
+                "launcher",
+                "launcher",
+            ),
+            ("MPIJob", t9k_generic("MPIJob", {"launcher": 1, "worker": 1}), "launcher", "launcher"),
+            ("GenericJob", t9k_generic("GenericJob", {"worker": 2}), "worker", "worker-0"),
         )
     ),
 ]
@@ -231,43 +235,10 @@ T9K_CASES = [case for case in CASES if case.t9k]
 # -- the family cluster ------------------------------------------------------------------------------------
 
 
-def _first_type(types: list[str]) -> str:
-    return types[0]
-
-
-def extra_t9k_controller() -> Any:
-    """localkube's T9k controller for the kinds it does not emulate by default; the first replica type
-    decides, and DeepSpeedJob's ``spec.worker`` is read as ``replicaSpecs: [{type: worker, ...}]``."""
-    from airflow_provider_training.localkube.controllers import tensorstack as t9k
-    from airflow_provider_training.localkube.controllers.builtin import get_live
-
-    class Controller(t9k.TensorStackController):
-        def reconcile(self, key: Any) -> float | None:
-            kind, namespace, name = key
-            raw = get_live(self.store, self.types[kind], namespace, name)
-            if raw is None:
-                return None
-            spec = raw.get("spec") or {}
-            if "replicaSpecs" not in spec and isinstance(spec.get("worker"), dict):
-                raw = {**raw, "spec": {**spec, "replicaSpecs": [{"type": "worker", **spec["worker"]}]}}
-            return t9k.Reconciliation(self, t9k.Job(self.kinds[kind], raw)).run()
-
-    def no_env(job: Any, replica_type: str, index: int) -> list[dict[str, Any]]:
-        return []
-
-    kinds = tuple(
-        t9k.T9kKind(kind, "", 23456, "Never", _first_type, no_env)
-        for kind in ("DeepSpeedJob", "ColossalAIJob", "MPIJob", "GenericJob")
-    )
-    return Controller(kinds)
-
-
 @pytest.fixture(scope="module")
 def family_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
-    """The default controllers plus the T9k controller for the generic-operator kinds."""
-    from airflow_provider_training.localkube.controllers import default_controllers
-
-    with serve(tmp_path_factory, controllers=[*default_controllers(), extra_t9k_controller()]) as kube:
+    """A localkube with the default controllers, for one test module."""
+    with serve(tmp_path_factory) as kube:
         yield kube
 
 

@@ -15,8 +15,8 @@ class Controller(Protocol):
 
 def default_controllers() -> list[Controller]:
     """Every controller a default localkube runs: the Kubeflow Training Operator v1 kinds, the legacy APIs
-    (EDL, both legacy MXNet operators, T9k training jobs and GenericJob) and the batch Job / ReplicaSet
-    controllers EDL and mlkube need."""
+    (EDL, both legacy MXNet operators, T9k training jobs, GenericJob, DeepSpeedJob, MPIJob and
+    ColossalAIJob) and the batch Job / ReplicaSet controllers EDL and mlkube need."""
     from airflow_provider_training.localkube.controllers.builtin import (
         BatchJobController,
         ReplicaSetController,
@@ -26,6 +26,7 @@ def default_controllers() -> list[Controller]:
     from airflow_provider_training.localkube.controllers.paddle_edl import PaddleEdlController
     from airflow_provider_training.localkube.controllers.tensorstack import TensorStackController
     from airflow_provider_training.localkube.controllers.tensorstack_generic import GenericJobController
+    from airflow_provider_training.localkube.controllers.tensorstack_siblings import SiblingController
 
     return [
         KubeflowController(),
@@ -35,4 +36,5 @@ def default_controllers() -> list[Controller]:
         LegacyMxnetController(),
         TensorStackController(),
         GenericJobController(),
+        SiblingController(),
     ]
