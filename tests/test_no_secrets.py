@@ -451,12 +451,6 @@ def test_unauthorized_trigger_event_shows_no_token(
 # -- a malformed inline kubeconfig ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="LEAK: hooks/connection.py _parse_kube_config puts the YAML parser's message, which quotes the "
-    "offending kubeconfig line (here the token's), into ConnectionConfigError",
-)
 def test_malformed_inline_kubeconfig_error_shows_no_token(
     cluster: Cluster, output: TaskOutput, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -39,7 +39,7 @@ class KubeSettings:
 
     in_cluster: bool = False
     kube_config_path: str | None = None
-    kube_config: Mapping[str, Any] | None = None
+    kube_config: Mapping[str, Any] | None = field(default=None, repr=False)  # holds credentials
     cluster_context: str | None = None
     namespace: str | None = None
     disable_verify_ssl: bool = False
@@ -103,8 +103,12 @@ def _parse_kube_config(value: Any) -> Mapping[str, Any] | None:
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError as err:
+            # The parser's own message quotes the offending line, which may hold a token: give the place only.
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or "invalid syntax"
             raise ConnectionConfigError(
-                f"The connection's kube_config is neither JSON nor YAML: {err}"
+                f"The connection's kube_config is neither JSON nor YAML{where}: {problem}"
             ) from None
     if not isinstance(parsed, Mapping):
         raise ConnectionConfigError(
