@@ -88,6 +88,34 @@ def test_deepspeed_succeeds_when_worker_0_does_while_the_others_run(kube: KubeCl
     assert command(found["ds-ok-worker-1"]) == ["sleep", "inf"]  # the template's own command
 
 
+def test_deepspeed_launcher_options_and_custom_command(kube: KubeClient) -> None:
+    config = {
+        "localRank": False,
+        "autotune": "tune",
+        "otherArgs": ["--num_gpus=1"],
+        "run": {"module": ["pkg.train"]},
+    }
+    create(kube, deepspeed("ds-module", {"default": {"duration": None}}, config=config))
+    create(
+        kube,
+        deepspeed("ds-custom", {"default": {"duration": None}}, config={"customCommand": "deepspeed x.py"}),
+    )
+    module = kube.wait_pod("ds-module-worker-0", lambda p: True)
+    custom = kube.wait_pod("ds-custom-worker-0", lambda p: True)
+    assert command(module) == [
+        "deepspeed",
+        "--hostfile",
+        "/t9k/hostfile",
+        "--no_local_rank",
+        "--autotuning",
+        "tune",
+        "--num_gpus=1",
+        "--module",
+        "pkg.train",
+    ]
+    assert command(custom) == ["sh", "-c", "deepspeed x.py"]
+
+
 def test_deepspeed_failure_of_worker_0_as_the_real_controller_reports_it(kube: KubeClient) -> None:
     script = {"worker-0": {"duration": 0.05, "exit_code": 137}, "default": {"duration": None}}
     body = deepspeed("ds-fail", script, runPolicy={"backoffLimit": 1})

@@ -96,7 +96,7 @@ def _args(value: Any) -> list[str]:
     return shlex.split(value) if isinstance(value, str) else [str(v) for v in value]
 
 
-def _first(types: list[str]) -> str:
+def _launcher_or_worker(types: list[str]) -> str:
     return "launcher" if "launcher" in types else "worker"
 
 
@@ -105,7 +105,7 @@ DEEPSPEEDJOB = T9kKind(
     "worker",
     SSH_PORT,
     "OnFailure",
-    _first,
+    _launcher_or_worker,
     specs=deepspeed_specs,
     debug_commands={"worker": ["/usr/sbin/sshd", "-D"]},
 )
@@ -114,7 +114,7 @@ MPIJOB = T9kKind(
     "worker",
     SSH_PORT,
     "OnFailure",
-    _first,
+    _launcher_or_worker,
     specs=mpi_specs,
     unindexed=frozenset({"launcher"}),
     debug_commands={"launcher": ["sleep", "inf"], "worker": ["/usr/bin/sshd", "-D"]},
@@ -124,7 +124,7 @@ COLOSSALAIJOB = T9kKind(
     "worker",
     SSH_PORT,
     "OnFailure",
-    _first,
+    _launcher_or_worker,
     specs=colossalai_specs,
     unindexed=frozenset({"launcher"}),
 )
@@ -142,23 +142,25 @@ class DeepSpeedReconciliation(Reconciliation):
     """One pass over a DeepSpeedJob: worker 0 launches and decides."""
 
     def launch(self, rtype: str, index: int, template: dict) -> None:
+        command = self.launcher_command() if index == 0 else None
+        if command is not None:
+            _run(template, self.job.kind, command)
+
+    def launcher_command(self) -> list[str] | None:
         config = self.job.spec.get("config") or {}
-        if index != 0:
-            return
         if config.get("customCommand"):
-            _run(template, self.job.kind, ["sh", "-c", str(config["customCommand"])])
-            return
+            return ["sh", "-c", str(config["customCommand"])]
         run = config.get("run") or {}
         flags = {"python": [], "module": ["--module"], "exec": ["--no_python"]}
         program = next((flags[key] + _args(run[key]) for key in flags if run.get(key)), None)
         if program is None:
-            return
+            return None
         command = ["deepspeed", "--hostfile", DEEPSPEED_HOSTFILE]
         if config.get("localRank") is False:
             command.append("--no_local_rank")
         if config.get("autotune") in ("run", "tune"):
             command += ["--autotuning", str(config["autotune"])]
-        _run(template, self.job.kind, command + _args(config.get("otherArgs")) + program)
+        return command + _args(config.get("otherArgs")) + program
 
     def finish(self, outcome: str, message: str) -> None:
         super().finish(outcome, message)
