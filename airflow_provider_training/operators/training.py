@@ -64,7 +64,8 @@ class TrainingJobOperator(BaseOperator):
         reuses it (a previous job that *failed* is deleted and submitted again), ``"recreate"`` deletes and
         submits again, ``"fail"`` raises.
     :param on_finish_action: ``"keep"``, ``"delete"`` or ``"delete_succeeded"``, once the job finished.
-    :param on_kill_action: ``"delete"`` the job when the task is killed, or ``"keep"`` it.
+    :param on_kill_action: ``"delete"`` the job when the task is killed, or ``"keep"`` it; in sync mode and
+        while deferred (the trigger's ``on_kill`` is told the same).
     :param get_logs: stream replica logs into the task log. :param log_replicas: ``"master"``, ``"all"`` or a
         list of replica types.
     :param startup_timeout: seconds after creation within which a replica pod must start (else ``timeout``).
@@ -177,6 +178,7 @@ class TrainingJobOperator(BaseOperator):
             startup_timeout=self.startup_timeout,
             poll_interval=self.poll_interval,
             status_grace_period=status_grace_period(),
+            on_kill_action=self.on_kill_action,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

@@ -90,6 +90,7 @@ class TrainingJobSensor(BaseSensorOperator):
             status_grace_period=status_grace_period(),
             poll_interval=float(self.poke_interval),
             allow_missing=True,
+            on_kill_action="keep",  # the sensor only watches: killing it never deletes the job
         )
 
     def _submitter(self) -> Any:

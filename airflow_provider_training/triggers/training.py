@@ -25,6 +25,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_training.kinds.base import JobState, parse_time
 
 TARGET_STATES = (JobState.SUCCEEDED.value, JobState.RUNNING.value)
+ON_KILL_ACTIONS = ("delete", "keep")
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -41,9 +42,11 @@ class TrainingJobTrigger(BaseTrigger):
     :param status_grace_period: seconds an empty status is tolerated before the wait reports an error.
     :param poll_interval: how often time-based checks run between watch events.
     :param allow_missing: keep waiting while the job does not exist yet (sensors).
+    :param on_kill_action: what ``on_kill()`` (a user acted on the deferred task) does with the job:
+        ``delete`` it (and its cleanup children) or ``keep`` it.
 
-    ``on_kill()`` (a user acted on the deferred task) deletes the job. ``cleanup()`` is left as
-    the base no-op on purpose: it also runs when the triggerer restarts, and must never delete the job.
+    ``cleanup()`` is left as the base no-op on purpose: it also runs when the triggerer restarts, and must
+    never delete the job.
     """
 
     def __init__(
@@ -63,10 +66,13 @@ class TrainingJobTrigger(BaseTrigger):
         status_grace_period: float = 60.0,
         poll_interval: float = 5.0,
         allow_missing: bool = False,
+        on_kill_action: str = "delete",
     ):
         super().__init__()
         if target_state not in TARGET_STATES:
             raise ValueError(f"target_state must be one of {TARGET_STATES}, not {target_state!r}")
+        if on_kill_action not in ON_KILL_ACTIONS:
+            raise ValueError(f"on_kill_action must be one of {ON_KILL_ACTIONS}, not {on_kill_action!r}")
         self.kind = kind
         self.api_version = api_version
         self.job_name = job_name
@@ -81,6 +87,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.status_grace_period = status_grace_period
         self.poll_interval = poll_interval
         self.allow_missing = allow_missing
+        self.on_kill_action = on_kill_action
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -100,6 +107,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "status_grace_period": self.status_grace_period,
                 "poll_interval": self.poll_interval,
                 "allow_missing": self.allow_missing,
+                "on_kill_action": self.on_kill_action,
             },
         )
 
@@ -136,7 +144,12 @@ class TrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task: delete the job and its cleanup children."""
+        """The user killed the deferred task: delete the job and its cleanup children, unless ``keep``."""
+        if self.on_kill_action != "delete":
+            self.log.info(
+                "Keeping %s %s/%s (on_kill_action='keep')", self.kind, self.namespace, self.job_name
+            )
+            return
         hook = self._hook()
         try:
             deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace)

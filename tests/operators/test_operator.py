@@ -212,6 +212,18 @@ def test_on_kill_in_deferrable_mode_is_the_triggers(cluster):
     wait_for(lambda: job_or_none(cluster, PYTORCH, name) is None)
 
 
+def test_on_kill_action_keep_also_applies_while_deferred(cluster):
+    with pytest.raises(TaskDeferred) as deferred:
+        pytorch(FOREVER, deferrable=True, on_kill_action="keep").execute(make_context())
+    trigger = deferred.value.trigger
+    assert trigger.serialize()[1]["on_kill_action"] == "keep"  # survives a triggerer restart
+
+    asyncio.run(trigger.on_kill())
+
+    assert job_or_none(cluster, PYTORCH, trigger.job_name)["metadata"]["uid"] == trigger.uid
+    assert asyncio.run(_delete(trigger.job_name))
+
+
 def test_on_kill_action_keep(cluster):
     op = pytorch(FOREVER, on_kill_action="keep")
     context = make_context()

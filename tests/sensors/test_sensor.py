@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 
 from airflow_provider_training import sensors
 from airflow_provider_training.results import TrainingJobSensorError
@@ -12,6 +14,7 @@ from tests.operators.harness import (
     KINDS,
     MODES,
     NAMESPACE,
+    job_or_none,
     make_context,
     manifest,
     resource,
@@ -107,3 +110,17 @@ def test_deferrable_sensor_on_a_finished_job_does_not_defer(cluster):
     result = sensor.execute(make_context())  # no TaskDeferred
 
     assert result["state"] == "Succeeded" and result["name"] == "sensor-done"
+
+
+def test_killing_a_deferred_sensor_keeps_the_job(cluster):
+    case = KINDS[1]
+    create(cluster, case, "sensor-killed", {"default": {"duration": None}})
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor_for(case, "sensor-killed", deferrable=True).execute(make_context())
+    trigger = deferred.value.trigger
+
+    asyncio.run(trigger.on_kill())  # the user marks the deferred sensor failed
+
+    assert trigger.on_kill_action == "keep"
+    assert job_or_none(cluster, case, "sensor-killed") is not None  # the sensor only watched it
+    cluster.store.delete(resource(cluster, case), NAMESPACE, "sensor-killed")

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from airflow_provider_training.triggers.training import TrainingJobTrigger
-from tests.operators.harness import KIND_BY_NAME, NAMESPACE, job_or_none, manifest, resource, wait_for
+from tests.operators.harness import (
+    KIND_BY_NAME,
+    NAMESPACE,
+    job_or_none,
+    manifest,
+    resource,
+    wait_for,
+    watching,
+)
 
 pytestmark = pytest.mark.timeout(30)
 PYTORCH = KIND_BY_NAME["PyTorchJob"]
@@ -41,6 +50,8 @@ async def first(trigger):
         {"uid": "0b1c", "target_state": "Running", "get_logs": False, "log_replicas": ["Worker", "Master"]},
         {"deadline": "2026-11-29T13:00:00+00:00", "startup_timeout": 30.0, "kubernetes_conn_id": None},
         {"allow_missing": True, "status_grace_period": 5.0, "poll_interval": 1.5, "log_replicas": "all"},
+        {"on_kill_action": "keep"},
+        {"on_kill_action": "delete"},
     ],
 )
 def test_serialize_round_trip(kwargs):
@@ -48,11 +59,17 @@ def test_serialize_round_trip(kwargs):
     classpath, serialized = trigger.serialize()
     assert classpath == "airflow_provider_training.triggers.training.TrainingJobTrigger"
     assert type(trigger)(**serialized).serialize() == (classpath, serialized)
+    assert json.loads(json.dumps(serialized)) == serialized  # plain values only
+    assert serialized["on_kill_action"] == kwargs.get("on_kill_action", "delete")
 
 
-def test_target_state_is_checked():
-    with pytest.raises(ValueError, match="target_state"):
-        trigger_for("job-a", target_state="Failed")
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"target_state": "Failed"}, "target_state"), ({"on_kill_action": "keep_pod"}, "on_kill_action")],
+)
+def test_choices_are_checked(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        trigger_for("job-a", **kwargs)
 
 
 async def test_on_kill_deletes_the_job_and_cleanup_does_not(cluster):
@@ -65,6 +82,32 @@ async def test_on_kill_deletes_the_job_and_cleanup_does_not(cluster):
     await trigger.on_kill()
     wait_for(lambda: job_or_none(cluster, PYTORCH, "kill-me") is None)
     await trigger.on_kill()  # already gone: no error
+
+
+@pytest.mark.parametrize("action", ["delete", "keep"])
+async def test_on_kill_of_a_waiting_trigger_honours_on_kill_action(cluster, action):
+    name = f"kill-{action}"
+    uid = create(cluster, name, {"default": {"duration": None}})["metadata"]["uid"]
+    since = len(cluster.requests)
+    trigger = trigger_for(name, uid=uid, on_kill_action=action, get_logs=False)
+    waiting = asyncio.create_task(first(trigger))
+    while not watching(cluster, PYTORCH, since):  # the trigger follows the job
+        await asyncio.sleep(0.02)
+
+    await trigger.on_kill()
+
+    deletes = [r for r in cluster.requests[since:] if r.method == "DELETE" and r.path.endswith(f"/{name}")]
+    if action == "delete":
+        assert len(deletes) == 1
+        event = await waiting  # the wait sees its job go
+        assert event["status"] == "deleted"
+        wait_for(lambda: job_or_none(cluster, PYTORCH, name) is None)
+    else:
+        assert deletes == []
+        assert job_or_none(cluster, PYTORCH, name)["metadata"]["uid"] == uid
+        assert not waiting.done()  # still waiting on the job
+        waiting.cancel()
+        await trigger_for(name).on_kill()
 
 
 async def test_stuck_replicas_are_warned_once_with_their_events(cluster, capsys):
