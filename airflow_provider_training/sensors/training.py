@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.sdk import BaseSensorOperator
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
@@ -23,8 +23,8 @@ class TrainingJobSensor(BaseSensorOperator):
     """Wait until the job ``job_name`` reaches ``target_state``; fail (skip with ``soft_fail``) if it fails.
 
     Poke mode reads the status once per poke (a missing job is waited for). Deferrable mode runs
-    ``TrainingJobTrigger`` with the sensor's ``timeout`` as its deadline. Returns the same result dict as
-    ``TrainingJobOperator`` once the job reached the target state.
+    ``TrainingJobTrigger`` with the sensor's ``timeout`` as its deadline. Both modes return (as XCom) the same
+    result dict as ``TrainingJobOperator`` once the job reached the target state.
 
     :param job_name: the job. :param namespace: its namespace (default: the connection's, then ``default``).
     :param kind: kind name; the per-kind sensors fix it. :param api_version: to pick among same-named kinds.
@@ -119,7 +119,9 @@ class TrainingJobSensor(BaseSensorOperator):
             timeout=timedelta(seconds=float(self.timeout) + max(60.0, 2 * float(self.poke_interval))),
         )
 
-    def poke(self, context: Context) -> bool:
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        """Read the status once; at the target state (or failed) the trigger's event, run inline on the
+        finished wait, decides, so the result or error is the deferrable mode's."""
         kind = self._job_kind()
         grace = status_grace_period()
         job, status = self._submitter().read(kind, self.job_name, self.namespace, grace_seconds=grace)
@@ -129,15 +131,14 @@ class TrainingJobSensor(BaseSensorOperator):
         self.log.info("%s %s is %s", kind.kind, self.job_name, status.state.value)
         if status.stalled:  # no status past the grace period: nothing runs the job
             raise TrainingJobSensorError(f"{kind.kind} {self.job_name}: {status.message}")
-        if status.state.value == "Failed":
-            # The same explanation as the operator's: the trigger reads the failing replicas at once.
-            from airflow_provider_training.waiting import run_inline
+        state = status.state.value
+        if state not in ("Failed", "Succeeded", self.target_state):
+            return False
+        from airflow_provider_training.waiting import run_inline
 
-            namespace = job["metadata"]["namespace"]
-            raise_for_event(
-                run_inline(self._trigger(namespace, None, get_logs=False)), TrainingJobSensorError
-            )
-        return status.state.value == self.target_state or status.state.value == "Succeeded"
+        # A failed job's event names the failing replicas; a done one's carries the pods for the result.
+        event = run_inline(self._trigger(job["metadata"]["namespace"], None, get_logs=False))
+        return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "timeout":

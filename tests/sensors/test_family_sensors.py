@@ -34,10 +34,7 @@ def test_waits_for_success(family_cluster, case, mode):
 
     result = run_operator(case.make_sensor(name), make_context(), mode)
 
-    if mode == "deferrable":
-        assert result["state"] == "Succeeded" and result["name"] == name
-    else:
-        assert result is None  # poke mode pushes no result
+    assert result["state"] == "Succeeded" and result["name"] == name  # the XCom value, in both modes
     asyncio.run(kill(case, name))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from airflow.sdk import PokeReturnValue
 from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 
 from airflow_provider_training import sensors
@@ -46,10 +47,8 @@ def test_waits_for_success(cluster, case, mode):
 
     result = run_operator(sensor_for(case, name), make_context(), mode)
 
-    if mode == "deferrable":
-        assert result["state"] == "Succeeded" and result["name"] == name
-    else:
-        assert result is None  # poke mode pushes no result
+    assert result["state"] == "Succeeded" and result["name"] == name  # the XCom value, in both modes
+    assert result["pods"] and result["replicas"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -92,7 +91,9 @@ def test_poke_reads_the_status_once_and_waits_for_a_missing_job(cluster):
     running = TrainingJobSensor(
         task_id="wait", kind="PyTorchJob", job_name="sensor-later", target_state="Running"
     )
-    assert running.poke(make_context()) is True
+    done = running.poke(make_context())
+    assert isinstance(done, PokeReturnValue) and done.is_done
+    assert done.xcom_value["state"] == "Running" and done.xcom_value["name"] == "sensor-later"
     cluster.store.delete(resource(cluster, case), NAMESPACE, "sensor-later")
 
 
@@ -124,3 +125,17 @@ def test_killing_a_deferred_sensor_keeps_the_job(cluster):
     assert trigger.on_kill_action == "keep"
     assert job_or_none(cluster, case, "sensor-killed") is not None  # the sensor only watched it
     cluster.store.delete(resource(cluster, case), NAMESPACE, "sensor-killed")
+
+
+def test_poke_and_deferrable_mode_return_the_same_result(cluster):
+    case = KINDS[1]
+    create(cluster, case, "sensor-same", {"default": {"duration": 0.05}})
+    wait_for(lambda: sensor_for(case, "sensor-same").poke(make_context()))  # until it finished
+
+    results = {  # a finished job is answered without deferring
+        mode: sensor_for(case, "sensor-same", deferrable=mode == "deferrable").execute(make_context())
+        for mode in MODES
+    }
+
+    assert results["sync"] == results["deferrable"]
+    assert results["sync"]["state"] == "Succeeded" and results["sync"]["duration_seconds"] is not None

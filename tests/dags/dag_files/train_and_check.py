@@ -1,4 +1,4 @@
-"""A DAG as a user writes it: train a PyTorchJob (deferrable), then check it with the sensor."""
+"""A DAG as a user writes it: train a PyTorchJob (deferrable), then check it with the sensor (both modes)."""
 
 from __future__ import annotations
 
@@ -29,13 +29,17 @@ with DAG("train_and_check", schedule=None, catchup=False) as dag:
         deferrable=True,
         poll_interval=0.2,
     )
-    check = PyTorchJobSensor(
-        task_id="check",
-        job_name="{{ ti.xcom_pull(task_ids='train')['name'] }}",
-        deferrable=True,
-        poke_interval=0.2,
-        timeout=60,
-    )
-    train >> check
+    # The check in deferrable mode, and the same in poke mode: both push the same XCom value.
+    checks = [
+        PyTorchJobSensor(
+            task_id=task_id,
+            job_name="{{ ti.xcom_pull(task_ids='train')['name'] }}",
+            deferrable=deferrable,
+            poke_interval=0.2,
+            timeout=60,
+        )
+        for task_id, deferrable in (("check", True), ("check_poke", False))
+    ]
+    train >> checks
     # The same wait, run inline in the worker (sync mode), under the real task runner.
     train_sync = PyTorchJobOperator(task_id="train_sync", job=JOB, deferrable=False, poll_interval=0.2)
