@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from airflow_provider_training.localkube.resources import PODS
 from airflow_provider_training.localkube.store import ApiError, Store
 
 _TRUE = ("true", "1")
+log = logging.getLogger(__name__)
 
 
 def rfc3339_nano(ts_ns: int) -> str:
@@ -222,8 +224,25 @@ async def serve_pod_log(
         return web.Response(body=head, content_type="text/plain", charset="utf-8")
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     response.enable_chunked_encoding()
-    await response.prepare(request)
-    await response.write(head)
+    try:
+        await response.prepare(request)
+        await response.write(head)
+        await _follow(response, logs, instance, seen, q, budget)
+        await response.write_eof()
+    except ConnectionError:  # aiohttp's ClientConnectionResetError: the follower went away, as followers do
+        log.debug("localkube: the follower of the log of pod %s/%s went away", namespace, name)
+    return response
+
+
+async def _follow(
+    response: web.StreamResponse,
+    logs: PodLogs,
+    instance: _Instance,
+    seen: int,
+    q: _LogQuery,
+    budget: int | None,
+) -> None:
+    """Write the lines after line ``seen`` as they come, until the instance ends or the budget is spent."""
     while budget is None or budget > 0:
         await logs._wait(instance, seen)
         with logs._lock:
@@ -236,5 +255,3 @@ async def serve_pod_log(
             await response.write(chunk)
         if closed and not fresh:
             break
-    await response.write_eof()
-    return response

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+import socket
 import threading
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlparse
 
 import kubernetes_asyncio
 import pytest
@@ -16,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.localkube.resources import PODS
+from tests.operators.harness import wait_for
 
 NS = "default"
 
@@ -152,3 +156,40 @@ async def test_async_client_reads_and_follows(kube: LocalKube, kubeconfig: Path)
         kube.logs.close_container(NS, "p", "main")
         rest = (await response.content.read()).decode().splitlines()
         assert [line.split(" ", 1)[1] for line in rest] == ["world", "more"]
+
+
+def test_a_follower_going_away_is_no_error(kube: LocalKube, caplog: pytest.LogCaptureFixture) -> None:
+    """The connection closes just as new lines wake the follow (the handler's write finds it closing):
+    a DEBUG note, no ERROR record or traceback."""
+    make_pod(kube, "p", "main")
+    kube.logs.write(NS, "p", "main", "before\n")
+    url = urlparse(kube.url)
+    follower = socket.create_connection((str(url.hostname), int(url.port or 80)))
+    follower.sendall(
+        f"GET /api/v1/namespaces/{NS}/pods/p/log?follow=true HTTP/1.1\r\nHost: localkube\r\n"
+        f"Authorization: Bearer {kube.token}\r\n\r\n".encode()
+    )
+    received = b""
+    while b"before" not in received:
+        received += follower.recv(4096)
+    caplog.set_level(logging.DEBUG)
+
+    def lines_then_close() -> None:
+        """Runs on the server loop: the new lines wake the handler one loop step before the transport
+        closes, and the close's connection_lost (which cancels the handler) one step after that write."""
+        transport = next(
+            c.transport
+            for c in kube._runner.server.connections  # type: ignore[union-attr]
+            if c.transport and c.transport.get_extra_info("peername") == follower.getsockname()
+        )
+        kube.logs.write(NS, "p", "main", "after\n")
+        kube.loop.call_soon(transport.close)
+
+    kube.call(lines_then_close)
+
+    def handled() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.levelno >= logging.ERROR or "went away" in r.getMessage()]
+
+    assert [r.levelname for r in wait_for(handled)] == ["DEBUG"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    follower.close()
