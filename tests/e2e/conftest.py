@@ -1,0 +1,219 @@
+"""A real Airflow deployment for end-to-end tests: api-server, scheduler (LocalExecutor), dag-processor and
+triggerer as subprocesses on a temporary SQLite AIRFLOW_HOME, with ``kubernetes_default`` pointing at a
+localkube (scripted runtime) started here.
+
+Every component binds 127.0.0.1 on a free port (the log servers are not started: the tests read the log
+files). The REST API needs no login (``simple_auth_manager_all_admins``). Each component runs in its own
+process group, which the finalizer terminates (then kills), also when a test or the start-up fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_training.localkube.cluster import LocalKube
+from airflow_provider_training.testing import connection_json
+
+DAG_FILES = Path(__file__).parent / "dag_files"
+COMPONENTS = {
+    "api-server": ["api-server"],
+    "scheduler": ["scheduler", "--skip-serve-logs"],
+    "dag-processor": ["dag-processor"],
+    "triggerer": ["triggerer", "--skip-serve-logs"],
+}
+ON_KILL_TIMEOUT = 10  # [triggerer] on_kill_timeout: how long BaseTrigger.on_kill() may take
+START_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def airflow_env(home: Path, api_port: int, kubeconfig: Path) -> dict[str, str]:
+    """The test process's environment without its Airflow and Kubernetes settings, plus this deployment's."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_")) and k not in ("KUBECONFIG",)
+    }
+    base_url = f"http://127.0.0.1:{api_port}"
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "1",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(api_port),
+            "AIRFLOW__API__BASE_URL": base_url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": "e2e-only",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "e2e-only-jwt-secret-of-enough-length",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT": str(ON_KILL_TIMEOUT),
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT": connection_json(kubeconfig),
+        }
+    )
+    return env
+
+
+@dataclass
+class Airflow:
+    """The running deployment: its REST API (``/api/v2``), its AIRFLOW_HOME and each component's output."""
+
+    home: Path
+    base_url: str
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            f"{self.base_url}/api/v2{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read() or b"null")
+
+    def trigger(self, dag_id: str, run_id: str) -> None:
+        self.request("POST", f"/dags/{dag_id}/dagRuns", {"dag_run_id": run_id, "logical_date": None})
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+
+    def mark_failed(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """What a user does in the UI ("Mark as failed"); a deferred task's trigger then gets on_kill()."""
+        self.request(
+            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", {"new_state": "failed"}
+        )
+
+    def task_dir(self, dag_id: str, run_id: str, task_id: str) -> Path:
+        return self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+
+    def trigger_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """The triggerer's log of the task's trigger (``attempt=1.log.trigger.<triggerer id>.log``)."""
+        files = sorted(self.task_dir(dag_id, run_id, task_id).glob("attempt=1.log.trigger.*.log"))
+        return "".join(f.read_text() for f in files)
+
+    def output(self, name: str) -> str:
+        return (self.home / f"{name}.out").read_text(errors="replace")
+
+    def diagnostics(self) -> str:
+        """The tail of every component's output, for a failure message."""
+        parts = []
+        for name, process in self.processes.items():
+            tail = "\n".join(self.output(name).splitlines()[-15:])
+            parts.append(f"--- {name} (exit {process.poll()}) ---\n{tail}")
+        return "\n".join(parts)
+
+    def wait(self, what: str, check: Callable[[], Any], timeout: float) -> Any:
+        """Poll ``check`` until it returns something truthy; fail with the components' output if it never
+        does (or if a component died)."""
+        end = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            dead = [name for name, p in self.processes.items() if p.poll() is not None]
+            if dead or time.monotonic() > end:
+                why = f"{', '.join(dead)} exited" if dead else f"not within {timeout:.0f} s"
+                pytest.fail(f"waiting for {what}: {why}\n{self.diagnostics()}")
+            time.sleep(0.2)
+
+
+def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every component's process group (workers and supervisors included), SIGKILL stragglers."""
+    for process in processes.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    end = time.monotonic() + 15
+    for process in processes.values():
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.1, end - time.monotonic()))
+    for process in processes.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # also children left behind by a leader that exited
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
+    """localkube (scripted runtime) in a thread of the test process, its kubeconfig in a temporary dir."""
+    cluster = LocalKube(runtime="scripted")
+    with cluster:
+        cluster.write_kubeconfig(tmp_path_factory.mktemp("e2e-kube") / "kubeconfig")
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def airflow(kube: LocalKube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+    """The four Airflow components, started on a migrated SQLite DB with ``dag_files`` as the DAGs; ready
+    once the API answers and every DAG is parsed."""
+    home = tmp_path_factory.mktemp("e2e-airflow")
+    shutil.copytree(DAG_FILES, home / "dags", ignore=shutil.ignore_patterns("__pycache__"))
+    api_port = free_port()
+    assert kube.kubeconfig is not None
+    env = airflow_env(home, api_port, Path(kube.kubeconfig))
+    migrate = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, cwd=home, capture_output=True, text=True
+    )
+    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+
+    deployment = Airflow(home, f"http://127.0.0.1:{api_port}")
+    try:
+        for name, args in COMPONENTS.items():
+            with (home / f"{name}.out").open("wb") as out:
+                deployment.processes[name] = subprocess.Popen(
+                    [sys.executable, "-m", "airflow", *args],
+                    env=env,
+                    cwd=home,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group, stopped as a whole
+                )
+        dag_ids = {"e2e_train", "e2e_kill_delete", "e2e_kill_keep"}
+        deployment.wait("the API and the parsed DAGs", lambda: dag_ids <= _parsed(deployment), START_TIMEOUT)
+        deployment.wait("the triggerer to start", lambda: _triggerer_started(deployment), START_TIMEOUT)
+        yield deployment
+    finally:
+        _stop(deployment.processes)
+
+
+def _parsed(airflow: Airflow) -> set[str]:
+    try:
+        return {dag["dag_id"] for dag in airflow.request("GET", "/dags")["dags"]}
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return set()
+
+
+def _triggerer_started(airflow: Airflow) -> bool:
+    return "Starting the triggerer" in airflow.output("triggerer")

@@ -1,0 +1,135 @@
+"""End to end with real Airflow 3 components (api-server, scheduler with LocalExecutor, dag-processor,
+triggerer) as subprocesses, driven through the REST API, against localkube: a deferrable PyTorchJobOperator
+defers to the triggerer, which streams the replica logs and resumes the task; a user marking the deferred
+task failed makes the triggerer run ``TrainingJobTrigger.on_kill()``."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from airflow_provider_training.localkube.cluster import LocalKube
+from tests.e2e.conftest import ON_KILL_TIMEOUT, Airflow
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def pytorch_job(kube: LocalKube, name: str) -> dict[str, Any] | None:
+    """The PyTorchJob as the real client reads it from localkube, or None once it is gone."""
+    api = client.CustomObjectsApi(config.new_client_from_config(str(kube.kubeconfig)))
+    try:
+        return api.get_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs", name)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    finally:
+        api.api_client.close()
+
+
+def trigger_events(text: str) -> list[str]:
+    """The ``event`` of every JSON line of a task or trigger log file."""
+    return [json.loads(line)["event"] for line in text.splitlines() if line.startswith("{")]
+
+
+def wait_deferred(airflow: Airflow, dag_id: str, run_id: str) -> list[str]:
+    """Wait until the task is deferred; returns the states seen on the way."""
+    seen: list[str] = []
+
+    def deferred() -> bool:
+        state = airflow.task_instance(dag_id, run_id, "train")["state"]
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        assert state not in ("failed", "success", "upstream_failed"), seen
+        return state == "deferred"
+
+    airflow.wait(f"{dag_id}.train to defer", deferred, timeout=45)
+    return seen
+
+
+def test_deferrable_operator_runs_in_the_triggerer(airflow: Airflow, kube: LocalKube) -> None:
+    airflow.trigger("e2e_train", "run1")
+
+    seen = wait_deferred(airflow, "e2e_train", "run1")
+    final = airflow.wait(
+        "e2e_train.train to finish",
+        lambda: {"success", "failed"} & {airflow.task_instance("e2e_train", "run1", "train")["state"]},
+        timeout=45,
+    )
+
+    assert seen[-1] == "deferred"
+    assert final == {"success"}, airflow.diagnostics()
+    events = trigger_events(airflow.trigger_log("e2e_train", "run1", "train"))
+    for line in ("epoch 1 loss 0.41", "epoch 2 loss 0.30", "model saved"):
+        assert f"[master-0] {line}" in events
+        assert f"[worker-0] {line}" in events
+    assert any(e.startswith("PyTorchJob default/e2e-train is Succeeded") for e in events), events
+    xcom = airflow.request("GET", "/dags/e2e_train/dagRuns/run1/taskInstances/train/xcomEntries/return_value")
+    assert xcom["value"]["state"] == "Succeeded"
+    assert xcom["value"]["name"] == "e2e-train"
+    assert sorted(xcom["value"]["pods"]) == ["e2e-train-master-0", "e2e-train-worker-0"]
+    job = pytorch_job(kube, "e2e-train")
+    assert job is not None and job["metadata"]["uid"] == xcom["value"]["uid"]
+
+
+def _kill_while_deferred(airflow: Airflow, kube: LocalKube, action: str) -> list[str]:
+    """Run ``e2e_kill_<action>`` until deferred with its job running, mark the task failed, and wait for the
+    trigger to finish; returns the trigger log's events."""
+    dag_id, job_name = f"e2e_kill_{action}", f"e2e-kill-{action}"
+    airflow.trigger(dag_id, "run1")
+    wait_deferred(airflow, dag_id, "run1")
+    airflow.wait(
+        f"the trigger of {dag_id} to see its job running",
+        lambda: any(" is Running" in e for e in trigger_events(airflow.trigger_log(dag_id, "run1", "train"))),
+        timeout=30,
+    )
+    assert pytorch_job(kube, job_name) is not None
+
+    airflow.mark_failed(dag_id, "run1", "train")
+    airflow.wait(
+        f"the trigger of {dag_id} to end",
+        lambda: "trigger completed" in trigger_events(airflow.trigger_log(dag_id, "run1", "train")),
+        timeout=ON_KILL_TIMEOUT + 10,
+    )
+    assert airflow.task_instance(dag_id, "run1", "train")["state"] == "failed"
+    return trigger_events(airflow.trigger_log(dag_id, "run1", "train"))
+
+
+# The watch hub's _SharedWatch.stop() (airflow_provider_training/watch.py) re-raises the CancelledError of its
+# own watch task when the last subscriber leaves during a cancellation. That error replaces the triggerer's
+# user-action CancelledError (message "__airflow_user_action__"), so Airflow skips on_kill() for a trigger
+# that was alone on its watch. With stop() awaiting asyncio.wait({task}) instead, both tests pass.
+ON_KILL_LOST = pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="watch hub's stop() replaces the user-action cancellation, so the triggerer never calls on_kill()",
+)
+
+
+@ON_KILL_LOST
+def test_marking_a_deferred_task_failed_deletes_its_job(airflow: Airflow, kube: LocalKube) -> None:
+    events = _kill_while_deferred(airflow, kube, "delete")
+
+    assert "Trigger cancelled by user action, invoking on_kill" in events, events
+    end = time.monotonic() + ON_KILL_TIMEOUT
+    while pytorch_job(kube, "e2e-kill-delete") is not None and time.monotonic() < end:
+        time.sleep(0.2)
+    assert pytorch_job(kube, "e2e-kill-delete") is None
+    assert "PyTorchJob default/e2e-kill-delete deleted" in events
+
+
+@ON_KILL_LOST
+def test_marking_a_deferred_task_failed_keeps_its_job_with_on_kill_action_keep(
+    airflow: Airflow, kube: LocalKube
+) -> None:
+    events = _kill_while_deferred(airflow, kube, "keep")
+
+    assert "Trigger cancelled by user action, invoking on_kill" in events, events
+    assert "Keeping PyTorchJob default/e2e-kill-keep (on_kill_action='keep')" in events
+    job = pytorch_job(kube, "e2e-kill-keep")
+    assert job is not None and job["metadata"].get("deletionTimestamp") is None
