@@ -172,13 +172,11 @@ class _SharedWatch:
         sub.prime_confirmed(obj, self.namespace)
 
     async def stop(self) -> None:
+        # asyncio.wait, not `await self.task`: awaiting the cancelled task would raise *its* CancelledError,
+        # which carries no message, in place of the caller's own (the triggerer's "user action" cancellation,
+        # without which Airflow never calls the trigger's on_kill).
         self.task.cancel()
-        try:
-            await self.task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise
+        await asyncio.wait({self.task})
 
     async def _run(self) -> None:
         self.hub._count(active_watches=1)

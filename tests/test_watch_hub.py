@@ -360,3 +360,25 @@ async def test_shared_hub_is_one_per_event_loop():
     thread.start()
     thread.join()
     assert other and other[0] is not hub
+
+
+async def test_cancelling_the_last_subscriber_keeps_the_callers_cancellation_message(kube, hook):
+    """The triggerer cancels a trigger with a message ("user action") and only then calls its on_kill: closing
+    the last subscription of a shared watch must let that cancellation through unchanged."""
+    hub = WatchHub()
+    create(kube, "job-a")
+    subscribed = asyncio.Event()
+
+    async def waiter() -> None:
+        async with hub.subscribe(hook, JOB, "default", name="job-a") as events:
+            await next_event(events)
+            subscribed.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(waiter())
+    await asyncio.wait_for(subscribed.wait(), 10)
+    task.cancel("__airflow_user_action__")
+    with pytest.raises(asyncio.CancelledError) as cancelled:
+        await task
+    assert cancelled.value.args == ("__airflow_user_action__",)
+    assert hub.stats.active_watches == 0

@@ -104,14 +104,8 @@ def _kill_while_deferred(airflow: Airflow, kube: LocalKube, action: str) -> list
 # own watch task when the last subscriber leaves during a cancellation. That error replaces the triggerer's
 # user-action CancelledError (message "__airflow_user_action__"), so Airflow skips on_kill() for a trigger
 # that was alone on its watch. With stop() awaiting asyncio.wait({task}) instead, both tests pass.
-ON_KILL_LOST = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="watch hub's stop() replaces the user-action cancellation, so the triggerer never calls on_kill()",
-)
 
 
-@ON_KILL_LOST
 def test_marking_a_deferred_task_failed_deletes_its_job(airflow: Airflow, kube: LocalKube) -> None:
     events = _kill_while_deferred(airflow, kube, "delete")
 
@@ -123,7 +117,6 @@ def test_marking_a_deferred_task_failed_deletes_its_job(airflow: Airflow, kube: 
     assert "PyTorchJob default/e2e-kill-delete deleted" in events
 
 
-@ON_KILL_LOST
 def test_marking_a_deferred_task_failed_keeps_its_job_with_on_kill_action_keep(
     airflow: Airflow, kube: LocalKube
 ) -> None:
