@@ -318,10 +318,13 @@ class _Api:
             if bookmarks and query.get("sendInitialEvents", "").lower() == "true":
                 await response.write(self._bookmark(rt, sub.last_rv, initial_end=True))
             await self._stream(response, rt, sub, predicate, deadline, bookmarks, clean_end=ended is None)
+            await response.write_eof()
+        except ConnectionError:
+            # A watcher going away (its client closed or timed out) is normal, not a server error.
+            log.debug("watch client for %s went away", rt.key)
         finally:
             unregister()
             sub.close()
-        await response.write_eof()
         return response
 
     async def _stream(
