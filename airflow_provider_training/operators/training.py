@@ -17,6 +17,7 @@ from airflow.sdk.configuration import conf
 
 from airflow_provider_training import naming
 from airflow_provider_training.links import TrainingJobLink
+from airflow_provider_training.params import ON_KILL_ACTIONS, check_choice
 from airflow_provider_training.results import TrainingJobError, build_result, failure_message
 from airflow_provider_training.submission import JobSubmitter
 
@@ -26,19 +27,12 @@ if TYPE_CHECKING:
 WAIT_UNTIL = ("Succeeded", "Running", None)
 ACTIONS_IF_EXISTS = ("reattach", "recreate", "fail")
 ON_FINISH_ACTIONS = ("keep", "delete", "delete_succeeded")
-ON_KILL_ACTIONS = ("delete", "keep")
-
-
-def _choice(name: str, value: Any, allowed: Sequence[Any]) -> Any:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}; got {value!r}")
-    return value
 
 
 def check_log_replicas(value: str | Sequence[str]) -> str | list[str]:
     """``"master"``, ``"all"`` or a list of replica types (kept JSON-friendly for the trigger)."""
     if isinstance(value, str):
-        return _choice("log_replicas", value, ("master", "all"))
+        return check_choice("log_replicas", value, ("master", "all"))
     return [str(v) for v in value]
 
 
@@ -110,11 +104,13 @@ class TrainingJobOperator(BaseOperator):
         self.job_name = job_name
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.wait_until = _choice("wait_until", wait_until, WAIT_UNTIL)
+        self.wait_until = check_choice("wait_until", wait_until, WAIT_UNTIL)
         self.deferrable = deferrable
-        self.action_if_job_exists = _choice("action_if_job_exists", action_if_job_exists, ACTIONS_IF_EXISTS)
-        self.on_finish_action = _choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
-        self.on_kill_action = _choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
+        self.action_if_job_exists = check_choice(
+            "action_if_job_exists", action_if_job_exists, ACTIONS_IF_EXISTS
+        )
+        self.on_finish_action = check_choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
+        self.on_kill_action = check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
         self.get_logs = get_logs
         self.log_replicas = check_log_replicas(log_replicas)
         self.startup_timeout = startup_timeout

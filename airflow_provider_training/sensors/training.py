@@ -11,12 +11,11 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_provider_training.operators.training import check_log_replicas, status_grace_period
+from airflow_provider_training.params import TARGET_STATES, check_choice
 from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-TARGET_STATES = ("Succeeded", "Running")
 
 
 class TrainingJobSensor(BaseSensorOperator):
@@ -53,8 +52,7 @@ class TrainingJobSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if target_state not in TARGET_STATES:
-            raise ValueError(f"target_state must be one of {TARGET_STATES}; got {target_state!r}")
+        check_choice("target_state", target_state, TARGET_STATES)
         self.job_name = job_name
         self.namespace = namespace
         self.kind = kind or self.job_kind

@@ -23,9 +23,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_training.kinds.base import JobState, parse_time
-
-TARGET_STATES = (JobState.SUCCEEDED.value, JobState.RUNNING.value)
-ON_KILL_ACTIONS = ("delete", "keep")
+from airflow_provider_training.params import ON_KILL_ACTIONS, TARGET_STATES, check_choice
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -69,10 +67,8 @@ class TrainingJobTrigger(BaseTrigger):
         on_kill_action: str = "delete",
     ):
         super().__init__()
-        if target_state not in TARGET_STATES:
-            raise ValueError(f"target_state must be one of {TARGET_STATES}, not {target_state!r}")
-        if on_kill_action not in ON_KILL_ACTIONS:
-            raise ValueError(f"on_kill_action must be one of {ON_KILL_ACTIONS}, not {on_kill_action!r}")
+        check_choice("target_state", target_state, TARGET_STATES)
+        check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
         self.kind = kind
         self.api_version = api_version
         self.job_name = job_name
