@@ -90,6 +90,7 @@ class Airflow:
 
     home: Path
     base_url: str
+    env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -111,9 +112,45 @@ class Airflow:
 
     def mark_failed(self, dag_id: str, run_id: str, task_id: str) -> None:
         """What a user does in the UI ("Mark as failed"); a deferred task's trigger then gets on_kill()."""
-        self.request(
-            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", {"new_state": "failed"}
-        )
+        self.set_state(dag_id, run_id, task_id, "failed")
+
+    def set_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        """What "Mark as failed" / "Mark as success" in the UI does."""
+        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+        self.request("PATCH", path, {"new_state": state})
+
+    def clear(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """What "Clear" in the UI does: the running or deferred try ends and the task is scheduled again."""
+        body = {"dry_run": False, "only_failed": False, "task_ids": [task_id], "dag_run_id": run_id}
+        self.request("POST", f"/dags/{dag_id}/clearTaskInstances", body)
+
+    def start(self, name: str) -> None:
+        """Start component ``name`` (a key of COMPONENTS) in its own process group; output appended."""
+        with (self.home / f"{name}.out").open("ab") as out:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "airflow", *COMPONENTS[name]],
+                env=self.env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, stopped as a whole
+            )
+
+    def stop(self, name: str, sig: signal.Signals = signal.SIGTERM, timeout: float = 30.0) -> None:
+        """Send ``sig`` to component ``name``'s process group and wait for its leader to exit (SIGKILL after
+        ``timeout``); the component is then absent until :meth:`start`."""
+        process = self.processes.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # children left behind by a leader that exited
 
     def task_dir(self, dag_id: str, run_id: str, task_id: str) -> Path:
         return self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
@@ -187,21 +224,12 @@ def airflow(kube: LocalKube, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     )
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
 
-    deployment = Airflow(home, f"http://127.0.0.1:{api_port}")
+    deployment = Airflow(home, f"http://127.0.0.1:{api_port}", env)
     try:
-        for name, args in COMPONENTS.items():
-            with (home / f"{name}.out").open("wb") as out:
-                deployment.processes[name] = subprocess.Popen(
-                    [sys.executable, "-m", "airflow", *args],
-                    env=env,
-                    cwd=home,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group, stopped as a whole
-                )
-        dag_ids = {"e2e_train", "e2e_kill_delete", "e2e_kill_keep"}
-        deployment.wait("the API and the parsed DAGs", lambda: dag_ids <= _parsed(deployment), START_TIMEOUT)
+        for name in COMPONENTS:
+            deployment.start(name)
+        files = {p.name for p in (home / "dags").glob("*.py")}
+        deployment.wait("the API and the parsed DAGs", lambda: files <= _parsed(deployment), START_TIMEOUT)
         deployment.wait("the triggerer to start", lambda: _triggerer_started(deployment), START_TIMEOUT)
         yield deployment
     finally:
@@ -209,10 +237,12 @@ def airflow(kube: LocalKube, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def _parsed(airflow: Airflow) -> set[str]:
+    """The names of the DAG files the dag-processor has parsed into at least one DAG."""
     try:
-        return {dag["dag_id"] for dag in airflow.request("GET", "/dags")["dags"]}
+        dags = airflow.request("GET", "/dags?limit=1000")["dags"]
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return set()
+    return {Path(dag["fileloc"]).name for dag in dags}
 
 
 def _triggerer_started(airflow: Airflow) -> bool:
