@@ -11,7 +11,12 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from airflow_provider_training.localkube.runtime import register_script, unregister_script
+from airflow_provider_training.localkube.runtime import (
+    close_gate,
+    open_gate,
+    register_script,
+    unregister_script,
+)
 from airflow_provider_training.localkube.runtime.script import ScriptError, parse_script, resolve_step
 from tests.localkube.test_controller_support import SCRIPT, KubeClient, conditions, job, kc, replica
 
@@ -336,3 +341,28 @@ def test_selectors_merge_from_default_to_pod_name() -> None:
 def test_script_errors_name_the_field(source: str, message: str) -> None:
     with pytest.raises(ScriptError, match=message.replace("(", r"\(").replace("[", r"\[")):
         parse_script(source)
+
+
+def test_a_gated_container_runs_until_its_gate_opens(kc: KubeClient) -> None:
+    close_gate("test-gate")
+    kc.core.create_namespaced_pod(
+        "default", bare_pod("gated", {"default": {"duration": 0, "logs": ["waiting"], "gate": "test-gate"}})
+    )
+    kc.wait_pod("gated", lambda p: p.status.phase == "Running")
+    kc.wait_until(lambda: kc.log("gated") == "waiting\n", "the gated pod's log line")
+    # However long the test took to get here, the container is still at its gate.
+    assert kc.core.read_namespaced_pod("gated", "default").status.phase == "Running"
+
+    open_gate("test-gate")
+    pod = kc.wait_pod("gated", lambda p: p.status.phase == "Succeeded")
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 0
+
+
+def test_a_gate_opened_before_the_container_reaches_it_is_passed(kc: KubeClient) -> None:
+    open_gate("open-early")
+    kc.core.create_namespaced_pod(
+        "default", bare_pod("early", {"default": {"duration": 0, "gate": "open-early"}})
+    )
+    assert kc.wait_pod("early", lambda p: p.status.phase == "Succeeded").status.phase == "Succeeded"
+    with pytest.raises(ScriptError, match=r"default\.gate: invalid value 3"):
+        parse_script({"default": {"gate": 3}})

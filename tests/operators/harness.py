@@ -199,6 +199,33 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     return thread, outcome
 
 
+def run_until_logged(
+    capsys: pytest.CaptureFixture[str], fn: Callable[[], Any], text: str, gate: str
+) -> tuple[Any, str]:
+    """Run ``fn`` in a thread; once its output shows ``text``, open the localkube ``gate`` the job's deciding
+    container waits at. Returns ``fn``'s result and all it printed: a test sees an intermediate state (e.g.
+    ``is Running``) before the job ends, however slow the machine."""
+    from airflow_provider_training.localkube.runtime import close_gate, open_gate
+
+    close_gate(gate)
+    thread, outcome = in_thread(fn)
+    printed: list[str] = []
+
+    def shown() -> bool:
+        printed.append(capsys.readouterr().out)
+        return text in "".join(printed) or not thread.is_alive()
+
+    try:
+        wait_for(shown, timeout=120)
+    finally:
+        open_gate(gate)
+        thread.join()
+    printed.append(capsys.readouterr().out)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"], "".join(printed)
+
+
 def first_event(trigger: Any) -> dict[str, Any]:
     """What the triggerer does for a task: run the (deserialized) trigger to its first event."""
     cls_path, kwargs = trigger.serialize()

@@ -31,6 +31,7 @@ from tests.operators.harness import (
     in_thread,
     make_context,
     run_operator,
+    run_until_logged,
     wait_for,
     watching,
 )
@@ -188,12 +189,15 @@ def test_on_kill_in_sync_mode_leaves_no_child(family_cluster, case):
 @pytest.mark.parametrize("mode", MODES)
 def test_edl_status_comes_from_its_children_alone(family_cluster, mode, capsys):
     case = next(c for c in CASES if c.decider == "trainer")
-    script = {"default": {"duration": None}, "trainer": {"duration": 0.8}}
+    gate = f"edl-trainer-{mode}"
+    script = {"default": {"duration": None}, "trainer": {"duration": 0, "gate": gate}}
     op = case.make_operator(script)
 
-    result = run_operator(op, make_context(), mode)
+    def run() -> dict:
+        return run_operator(op, make_context(), mode)
 
-    out = capsys.readouterr().out
+    result, out = run_until_logged(capsys, run, " is Running", gate)
+
     label = f"TrainingJob {NAMESPACE}/{result['name']} is"
     running_at, succeeded_at = out.find(f"{label} Running"), out.find(f"{label} Succeeded")
     assert 0 <= running_at < succeeded_at

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from airflow_provider_training.localkube.runtime.gates import close_gate, open_gate
 from airflow_provider_training.localkube.runtime.script import ANNOTATION, register_script, unregister_script
 
 if TYPE_CHECKING:
     from airflow_provider_training.localkube.cluster import LocalKube
 
-__all__ = ["ANNOTATION", "PodRuntime", "make_runtime", "register_script", "unregister_script"]
+__all__ = [
+    "ANNOTATION",
+    "PodRuntime",
+    "close_gate",
+    "make_runtime",
+    "open_gate",
+    "register_script",
+    "unregister_script",
+]
 
 
 class PodRuntime(Protocol):

@@ -37,6 +37,7 @@ _FIELDS = {
     "backoff": (int, float),
     "attempts": (list,),
     "containers": (dict,),
+    "gate": (str, type(None)),
 }
 DEFAULT_STEP: dict[str, Any] = {
     "duration": 0.2,
@@ -48,6 +49,7 @@ DEFAULT_STEP: dict[str, Any] = {
     "pending_for": None,
     "start_delay": 0.02,
     "backoff": 0.05,
+    "gate": None,
 }
 
 _registry: dict[tuple[str, str], dict] = {}
@@ -70,6 +72,7 @@ class Step:
     pending_for: float | None  # None: hold until the pod is deleted
     start_delay: float  # time in ContainerCreating
     backoff: float  # first CrashLoopBackOff delay (doubles per restart)
+    gate: str | None = None  # after its logs, the container does not exit until this gate is opened
 
     def render_logs(self, values: Mapping[str, str]) -> list[str]:
         """The log lines with `{pod}`, `{container}`, `{namespace}`, `{type}`, `{index}`, `{attempt}` set."""
@@ -162,4 +165,5 @@ def resolve_step(
         pending_for=None if merged["pending_for"] is None else float(merged["pending_for"]),
         start_delay=float(merged["start_delay"]),
         backoff=float(merged["backoff"]),
+        gate=merged["gate"],
     )
