@@ -242,18 +242,27 @@ def first_event(trigger: Any) -> dict[str, Any]:
     return asyncio.run(run())
 
 
-def run_operator(op: Any, context: dict[str, Any], mode: str) -> Any:
+def run_operator(op: Any, context: dict[str, Any], mode: str, *, gate: str | None = None) -> Any:
     """Run ``op`` (operator or sensor) as Airflow would in ``mode`` ("sync" or "deferrable"): in deferrable
-    mode, execute -> TaskDeferred -> the (serialized) trigger's first event -> ``resume_execution``."""
+    mode, execute -> TaskDeferred -> the (serialized) trigger's first event -> ``resume_execution``.
+
+    ``gate``: the localkube gate the job's deciding container waits at. It opens once the task deferred (at
+    once in sync mode), so a deferrable task on a short job defers however slow the machine is."""
     from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_provider_training.localkube.runtime import open_gate
 
     op.deferrable = mode == "deferrable"
     if mode == "sync":
+        if gate is not None:
+            open_gate(gate)
         return op.execute(context)
     try:
         op.execute(context)
     except TaskDeferred as deferred:
         assert deferred.method_name == "execute_complete"
+        if gate is not None:
+            open_gate(gate)
         event = first_event(deferred.trigger)
         return op.resume_execution(deferred.method_name, {**(deferred.kwargs or {}), "event": event}, context)
     raise AssertionError("a deferrable operator waiting on a live job must defer")

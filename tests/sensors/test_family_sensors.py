@@ -27,12 +27,12 @@ def create(kube, case, name, script, **spec):
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_waits_for_success(family_cluster, case, mode):
     name = f"ok-{case.id.lower()}-{mode[:4]}"
-    script = {"default": {"duration": 0.3}}
+    script = {"default": {"duration": 0, "gate": name}}  # the job ends once the sensor deferred
     if case.decider == "trainer":  # EDL: the ReplicaSet pods run until deleted
-        script = {"default": {"duration": None}, "trainer": {"duration": 0.3}}
+        script = {"default": {"duration": None}, "trainer": {"duration": 0, "gate": name}}
     create(family_cluster, case, name, script)
 
-    result = run_operator(case.make_sensor(name), make_context(), mode)
+    result = run_operator(case.make_sensor(name), make_context(), mode, gate=name)
 
     assert result["state"] == "Succeeded" and result["name"] == name  # the XCom value, in both modes
     asyncio.run(kill(case, name))
@@ -42,7 +42,7 @@ def test_waits_for_success(family_cluster, case, mode):
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_failure_names_the_deciding_replica(family_cluster, case, mode):
     name = f"fails-{case.id.lower()}-{mode[:4]}"
-    script = {"default": {"duration": 2.0}, case.decider: {"duration": 0.3, "exit_code": 4}}
+    script = {"default": {"duration": None}, case.decider: {"duration": 0, "exit_code": 4, "gate": name}}
     spec = {}
     if mode == "sync" and case.job_kind.api_version == "kubeflow.org/v1alpha1":
         # A poke sees the job only once it ended; by then the default cleanupPodPolicy All has deleted the
@@ -51,7 +51,7 @@ def test_failure_names_the_deciding_replica(family_cluster, case, mode):
     create(family_cluster, case, name, script, **spec)
 
     with pytest.raises(TrainingJobSensorError) as failure:
-        run_operator(case.make_sensor(name), make_context(), mode)
+        run_operator(case.make_sensor(name), make_context(), mode, gate=name)
 
     message = str(failure.value).lower()
     assert f"{case.decider_text} (pod " in message and "exit code 4" in message
