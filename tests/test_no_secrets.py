@@ -40,7 +40,7 @@ from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.specs import build_job
 from tests.operators.harness import first_event, in_thread, make_context, run_operator, wait_for
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 
 NAMESPACE = "default"
 SECRET_KEY = "api-key"

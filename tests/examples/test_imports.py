@@ -49,7 +49,7 @@ def list_import_errors(dags_folder: Path) -> tuple[int, list[dict]]:
     return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(240)
 def test_airflow_dags_list_import_errors_is_clean(migrated_db, tmp_path):
     assert list_import_errors(EXAMPLE_DAGS) == (0, [])
     # The same command does report a broken DAG file, so the empty list above means something.

@@ -12,7 +12,7 @@ import pytest
 
 from tests.examples.conftest import EXAMPLE_DAGS, load_dag
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(240)
 
 TRAIN_SCRIPT = EXAMPLE_DAGS / "training" / "ddp_sgd.py"
 EPOCHS = 4

@@ -14,7 +14,7 @@ from airflow_provider_training.localkube.runtime import register_script, unregis
 from airflow_provider_training.naming import TaskIdentity, default_job_name
 from tests.examples.conftest import load_dag, with_script
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(240)
 
 
 def run_and_capture(dag, capfd, caplog, **test_kwargs) -> tuple[object, str]:

@@ -434,7 +434,7 @@ class KubeClient:
 
     @staticmethod
     def wait_until(check: Callable[[], bool], what: str = "the expected state") -> None:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60  # a hang guard, generous for a busy machine
         while time.monotonic() < deadline:
             if check():
                 return

@@ -158,7 +158,7 @@ def job_or_none(kube: LocalKube, case: KindCase, name: str) -> dict[str, Any] | 
         raise
 
 
-def wait_for(check: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.02) -> Any:
+def wait_for(check: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.02) -> Any:
     """Poll ``check`` until it returns something truthy (a synchronisation helper, not an assertion)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -13,7 +13,7 @@ from airflow_provider_training.operators import TrainingJobOperator
 from airflow_provider_training.specs import SpecError
 from tests.operators.harness import make_context, run_operator
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "examples"
 FILES = sorted(EXAMPLES.glob("*/*.yaml"))
 # Long enough for the wait to see the pods: v1alpha1 MXJob deletes them as soon as the chief is done.

@@ -37,7 +37,7 @@ from tests.operators.harness import (
 )
 
 __all__ = ["family_cluster"]
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 FOREVER = {"default": {"duration": None}}
 
 

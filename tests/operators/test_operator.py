@@ -30,7 +30,7 @@ from tests.operators.harness import (
     wait_for,
 )
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 PYTORCH = KIND_BY_NAME["PyTorchJob"]
 QUICK = {"default": {"duration": 0.05}}
 FOREVER = {"default": {"duration": None}}

@@ -25,7 +25,7 @@ from tests.operators.harness import (
     serve,
 )
 
-pytestmark = pytest.mark.timeout(30)  # far below the 60 s default grace: only the shortened one ends these
+pytestmark = pytest.mark.timeout(55)  # below the 60 s default grace: only the shortened one ends these
 PYTORCH = KIND_BY_NAME["PyTorchJob"]
 NOT_RUNNING = "the training operator for PyTorchJob (pytorchjob-controller) seems not to be running"
 

@@ -26,7 +26,7 @@ from tests.operators.harness import (
 )
 
 __all__ = ["family_cluster"]
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 T9K_PYTORCH = next(case for case in CASES if case.id == "T9k-PyTorchTrainingJob")
 
 

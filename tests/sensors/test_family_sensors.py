@@ -12,7 +12,7 @@ from tests.operators.families import CASES, family_cluster, kill
 from tests.operators.harness import MODES, NAMESPACE, make_context, run_operator
 
 __all__ = ["family_cluster"]
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 
 
 def create(kube, case, name, script, **spec):

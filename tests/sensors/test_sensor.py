@@ -23,7 +23,7 @@ from tests.operators.harness import (
     wait_for,
 )
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 
 
 def create(cluster, case, name, script):

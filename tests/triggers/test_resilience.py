@@ -18,7 +18,7 @@ from tests.operators.harness import (
 )
 from tests.triggers.test_trigger import first, trigger_for
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 PYTORCH = KIND_BY_NAME["PyTorchJob"]
 LOGS = ["epoch 1 loss 0.9", "epoch 2 loss 0.5", "model saved"]
 

@@ -19,7 +19,7 @@ from tests.operators.harness import (
     watching,
 )
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
 PYTORCH = KIND_BY_NAME["PyTorchJob"]
 
 
