@@ -200,25 +200,30 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
 
 
 def run_until_logged(
-    capsys: pytest.CaptureFixture[str], fn: Callable[[], Any], text: str, gate: str
+    capsys: pytest.CaptureFixture[str], fn: Callable[[], Any], *gates: tuple[str, str]
 ) -> tuple[Any, str]:
-    """Run ``fn`` in a thread; once its output shows ``text``, open the localkube ``gate`` the job's deciding
-    container waits at. Returns ``fn``'s result and all it printed: a test sees an intermediate state (e.g.
-    ``is Running``) before the job ends, however slow the machine."""
+    """Run ``fn`` in a thread; each time its output shows the next ``(text, gate)``'s text, open that
+    localkube gate (one the job's containers wait at). Returns ``fn``'s result and all it printed: a test
+    sees the intermediate states (``is Running``, ``is Restarting``) before the job moves on, however slow
+    the machine is."""
     from airflow_provider_training.localkube.runtime import close_gate, open_gate
 
-    close_gate(gate)
+    for _, gate in gates:
+        close_gate(gate)
     thread, outcome = in_thread(fn)
     printed: list[str] = []
 
-    def shown() -> bool:
+    def shown(text: str) -> bool:
         printed.append(capsys.readouterr().out)
         return text in "".join(printed) or not thread.is_alive()
 
     try:
-        wait_for(shown, timeout=120)
+        for text, gate in gates:
+            wait_for(lambda text=text: shown(text), timeout=120)
+            open_gate(gate)
     finally:
-        open_gate(gate)
+        for _, gate in gates:
+            open_gate(gate)
         thread.join()
     printed.append(capsys.readouterr().out)
     if "error" in outcome:

@@ -196,7 +196,7 @@ def test_edl_status_comes_from_its_children_alone(family_cluster, mode, capsys):
     def run() -> dict:
         return run_operator(op, make_context(), mode)
 
-    result, out = run_until_logged(capsys, run, " is Running", gate)
+    result, out = run_until_logged(capsys, run, (" is Running", gate))
 
     label = f"TrainingJob {NAMESPACE}/{result['name']} is"
     running_at, succeeded_at = out.find(f"{label} Running"), out.find(f"{label} Succeeded")

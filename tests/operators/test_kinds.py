@@ -24,6 +24,7 @@ from tests.operators.harness import (
     pods_running,
     resource,
     run_operator,
+    run_until_logged,
     wait_for,
     watching,
 )
@@ -79,17 +80,21 @@ def test_failure_names_exit_code_and_last_log_line(cluster, case, mode):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", KINDS, ids=str)
 def test_restarting_is_shown_then_success(cluster, case, mode, capsys):
-    # The first run lasts long enough for the wait to be watching when it is killed.
-    attempts = [{"duration": 0.6, "exit_code": 137, "logs": ["killed"]}, {"duration": 0.05, "exit_code": 0}]
-    script = {"default": {"duration": 0.1}, case.restarting: {"attempts": attempts}}
-    if case.restarting != case.master:
-        script[case.master] = {"duration": 1.5}  # still running when the other replica restarts
+    # The first run is killed once the wait saw the job Running; the job ends once it saw it Restarting.
+    killed, ended = f"restart-killed-{case}-{mode}", f"restart-ended-{case}-{mode}"
+    attempts = [{"duration": 0, "exit_code": 137, "logs": ["killed"], "gate": killed}, {"duration": 0}]
+    script = {"default": {"duration": 0, "gate": ended}, case.restarting: {"attempts": attempts}}
+    if case.restarting == case.master:
+        attempts[1]["gate"] = ended
     op = operator_for(case, manifest(case, script, restart_policy="ExitCode"))
 
-    result = run_operator(op, make_context(), mode)
+    def run() -> dict:
+        return run_operator(op, make_context(), mode)
+
+    result, out = run_until_logged(capsys, run, (" is Running", killed), (" is Restarting", ended))
 
     assert result["state"] == "Succeeded"
-    assert " is Restarting" in capsys.readouterr().out
+    assert out.index(" is Running") < out.index(" is Restarting") < out.index(" is Succeeded")
 
 
 @pytest.mark.parametrize("mode", MODES)
