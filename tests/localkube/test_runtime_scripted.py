@@ -36,11 +36,16 @@ def bare_pod(name: str, script: dict | None = None, *, restart_policy: str = "Ne
     }
 
 
-def watch_pod(kc: KubeClient, name: str, until: Callable[[Any], bool]) -> list[Any]:
-    """Every state of the pod seen through a watch until `until` holds."""
+def watch_pod(kc: KubeClient, name: str, until: Callable[[Any], bool], since: str | None = None) -> list[Any]:
+    """Every state of the pod seen through a watch (from resourceVersion ``since``: every change after it,
+    however late the watch starts) until `until` holds."""
     seen = []
     for event in watch.Watch().stream(
-        kc.core.list_namespaced_pod, "default", field_selector=f"metadata.name={name}", timeout_seconds=15
+        kc.core.list_namespaced_pod,
+        "default",
+        field_selector=f"metadata.name={name}",
+        resource_version=since,
+        timeout_seconds=60,
     ):
         seen.append(event["object"])
         if until(event["object"]):
@@ -80,8 +85,8 @@ def restarts(pod: Any) -> int:
 
 
 def test_a_bare_pod_runs_its_default_timeline(kc: KubeClient) -> None:
-    kc.core.create_namespaced_pod("default", bare_pod("plain"))
-    seen = watch_pod(kc, "plain", lambda p: p.status.phase == "Succeeded")
+    created = kc.core.create_namespaced_pod("default", bare_pod("plain"))
+    seen = watch_pod(kc, "plain", lambda p: p.status.phase == "Succeeded", created.metadata.resource_version)
     states = [state_name(p) for p in seen]
     assert states[-1] == ("Succeeded", "terminated:Completed")
     order = [s for i, s in enumerate(states) if s not in states[:i]]

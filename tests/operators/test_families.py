@@ -41,10 +41,13 @@ pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machi
 FOREVER = {"default": {"duration": None}}
 
 
-def failing(case):
-    """The deciding replica fails with exit code 3 while the others still run."""
+def failing(case, gate):
+    """The deciding replica fails with exit code 3, once ``gate`` opens, while the others still run."""
     logs = ["loading shards", "RuntimeError: shard 7 is corrupt"]
-    return {"default": {"duration": 2.0}, case.decider: {"duration": 0.4, "exit_code": 3, "logs": logs}}
+    return {
+        "default": {"duration": None},
+        case.decider: {"duration": 0, "exit_code": 3, "logs": logs, "gate": gate},
+    }
 
 
 def owned(kube, case, context):
@@ -55,28 +58,34 @@ def owned(kube, case, context):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_success(family_cluster, case, mode, capsys):
-    # Long enough for the logs to be followed live: some APIs delete the pods as soon as the job ends.
-    script = {"default": {"duration": 0.4, "logs": ["epoch 1 loss 0.5", "saved model"]}}
+    # The replicas end once their logs were followed live: some APIs delete the pods as soon as the job ends.
+    gate = f"success-{case}-{mode}"
+    script = {"default": {"duration": 0, "logs": ["epoch 1 loss 0.5", "saved model"], "gate": gate}}
     if case.decider == "trainer":  # EDL's pservers and master are ReplicaSets: they run until deleted
         script = {"default": {"duration": None}, "trainer": script["default"]}
+    op = case.make_operator(script, on_finish_action="delete")
 
-    result = run_operator(case.make_operator(script, on_finish_action="delete"), make_context(), mode)
+    result, out = run_until_logged(
+        capsys, lambda: run_operator(op, make_context(), mode), ("saved model", gate)
+    )
 
     assert result["state"] == "Succeeded"
     assert (result["kind"], result["api_version"]) == (case.job_kind.kind, case.job_kind.api_version)
     assert result["pods"] and all(pod.startswith(result["name"]) for pod in result["pods"])
-    assert "saved model" in capsys.readouterr().out  # replica logs streamed into the task log
+    assert "saved model" in out  # replica logs streamed into the task log
     wait_for(lambda: not leftovers(family_cluster, case, result["name"]))  # on_finish_action="delete"
     assert leftovers(family_cluster, case, result["name"]) == []
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_failure_names_the_deciding_replica_and_its_exit_code(family_cluster, case, mode):
-    op = case.make_operator(failing(case), on_finish_action="delete")
+def test_failure_names_the_deciding_replica_and_its_exit_code(family_cluster, case, mode, capsys):
+    # The deciding replica exits once its last line was streamed: some APIs delete the pods at once.
+    gate = f"failure-{case}-{mode}"
+    op = case.make_operator(failing(case, gate), on_finish_action="delete")
 
     with pytest.raises(TrainingJobError) as failure:
-        run_operator(op, make_context(), mode)
+        run_until_logged(capsys, lambda: run_operator(op, make_context(), mode), ("shard 7 is corrupt", gate))
 
     message = str(failure.value).lower()
     assert failure.value.status == "failed"
@@ -87,10 +96,11 @@ def test_failure_names_the_deciding_replica_and_its_exit_code(family_cluster, ca
 
 @pytest.mark.parametrize("case", T9K_CASES, ids=str)
 def test_t9k_failure_carries_completed_and_failed_and_is_a_failure(family_cluster, case):
-    op = case.make_operator(failing(case))
+    gate = f"t9k-failure-{case}"
+    op = case.make_operator(failing(case, gate))
 
     with pytest.raises(TrainingJobError) as failure:
-        run_operator(op, make_context(), "sync")
+        run_operator(op, make_context(), "sync", gate=gate)
 
     job = job_or_none(family_cluster, case, op._job_ref["name"])
     true = {c["type"] for c in job["status"]["conditions"] if c["status"] == "True"}
@@ -159,10 +169,11 @@ def test_worker_dying_before_defer_is_reattached_then_killed_without_leftovers(f
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_on_finish_action_delete_leaves_no_child(family_cluster, case):
-    op = case.make_operator(failing(case), on_finish_action="delete")
+    gate = f"finish-delete-{case}"
+    op = case.make_operator(failing(case, gate), on_finish_action="delete")
 
     with pytest.raises(TrainingJobError):
-        run_operator(op, make_context(), "deferrable")
+        run_operator(op, make_context(), "deferrable", gate=gate)
 
     name = op._job_ref["name"]
     wait_for(lambda: not leftovers(family_cluster, case, name))
