@@ -128,7 +128,8 @@ class TrainingJobSensor(BaseSensorOperator):
         trigger = self._trigger(namespace, deadline.isoformat())
         _, status = submitter.read(self._job_kind(), self.job_name, namespace)
         if status is not None and (status.state.terminal or status.state.value == self.target_state):
-            return self.execute_complete(context, run_inline(trigger))  # done already: no deferral
+            # Done already: no deferral, but the event is handled as a deferred one's (soft_fail, never_fail).
+            return self.resume_execution("execute_complete", {"event": run_inline(trigger)}, context)
         self.defer(
             trigger=trigger,
             method_name="execute_complete",
