@@ -28,7 +28,7 @@ from airflow_provider_training.watch import DELETED, WatchHub
 
 log = logging.getLogger(__name__)
 
-ReplicaChoice = Literal["master", "all"] | Sequence[str]
+ReplicaChoice = Literal["deciding", "master", "all"] | Sequence[str]
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 _TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -140,9 +140,11 @@ class _Pod:
 class ReplicaLogStreamer:
     """Streams the logs of a job's chosen replicas to ``emit``, one prefixed line per call.
 
-    ``replicas``: ``"master"`` (the kind's master selector), ``"all"``, or a list of replica types.
+    ``replicas``: ``"deciding"`` (alias ``"master"``: the job's :meth:`JobKind.deciding_replica`, read from
+    the job once when streaming starts), ``"all"``, or a list of replica types.
     :meth:`run` follows pods as they appear until cancelled or :meth:`stop`-ped (which flushes what is left).
-    :meth:`tail` keeps the last ``tail_lines`` lines of each pod for failure messages.
+    :meth:`tail` keeps the last ``tail_lines`` lines of each pod for failure messages. ``note`` (default:
+    ``emit``) gets the one line saying which replicas are followed.
     """
 
     def __init__(
@@ -152,11 +154,12 @@ class ReplicaLogStreamer:
         namespace: str,
         job_name: str,
         *,
-        replicas: ReplicaChoice = "master",
+        replicas: ReplicaChoice = "deciding",
         emit: Callable[[str], None],
         tail_lines: int = 50,
         hub: WatchHub | None = None,
         retry_interval: float = 2.0,
+        note: Callable[[str], None] | None = None,
     ) -> None:
         self.hook = hook
         self.kind = kind
@@ -171,6 +174,8 @@ class ReplicaLogStreamer:
         self._runner: asyncio.Task[Any] | None = None
         self._stopping = False
         self._finished = asyncio.Event()
+        self._chosen = False
+        self.note = note or emit
 
     def tail(self, pod_name: str) -> list[str]:
         """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
@@ -197,6 +202,7 @@ class ReplicaLogStreamer:
         self._runner = asyncio.current_task()
         hub = self.hub or WatchHub.shared()
         try:
+            await self._choose()
             async with hub.subscribe(
                 self.hook, PODS, self.namespace, label_selector=self._selectors()
             ) as events:
@@ -263,7 +269,24 @@ class ReplicaLogStreamer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def _choose(self) -> None:
+        """Once: turn ``deciding`` into the job's deciding replica type; say which replicas are followed."""
+        if self._chosen:
+            return
+        job = None
+        if self.replicas in ("deciding", "master"):
+            with contextlib.suppress(Exception):  # unreadable now: the kind's master-role pods, as before
+                job = await self.hook.get_job(self.kind, self.job_name, self.namespace)
+            deciding = self.kind.deciding_replica(job) if job is not None else None
+            self.replicas = [deciding] if deciding else "master"
+        followed = {"all": "all replicas", "master": "the master-role pods"}.get(
+            str(self.replicas), f"the {', '.join(self.replicas)} replicas"
+        )
+        self.note(f"Streaming the logs of {followed} of {self.kind.kind} {self.namespace}/{self.job_name}")
+        self._chosen = True
+
     async def _flush(self) -> None:
+        await self._choose()
         master = self.replicas == "master"
         try:
             listed = await self.hook.list_job_pods(self.kind, self.job_name, self.namespace, master=master)

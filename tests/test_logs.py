@@ -53,12 +53,14 @@ class Streaming:
         self, hook: AsyncTrainingJobHook, job: str = "job", kind: JobKind = PYTORCH, **options
     ) -> None:
         self.lines: list[str] = []
+        self.notes: list[str] = []  # which replicas it follows
         self.streamer = ReplicaLogStreamer(
             hook,
             kind,
             "default",
             job,
             emit=self.lines.append,
+            note=self.notes.append,
             hub=WatchHub(),
             retry_interval=0.05,
             **options,
@@ -245,7 +247,9 @@ async def test_stop_before_run_started_reads_each_pod_once(env):
     cluster.logs.write("default", master, C, "quick job\n")
     add_pod(cluster, "Master", 1, phase="Pending", state="waiting")  # never started: nothing to read
     lines: list[str] = []
-    streamer = ReplicaLogStreamer(hook, PYTORCH, "default", "job", emit=lines.append, hub=WatchHub())
+    streamer = ReplicaLogStreamer(
+        hook, PYTORCH, "default", "job", emit=lines.append, note=[].append, hub=WatchHub()
+    )
     await streamer.stop()
     await streamer.run()  # returns at once: it was stopped
     assert lines == ["[master-0] quick job"]
@@ -326,7 +330,9 @@ async def test_reading_once_keeps_only_the_jobs_own_master(env):
     for job in ("mnist", "mnist-big"):
         finished_pod(cluster, create_mlkube_pod(cluster, job, "WORKER", 0), f"{job} says hi")
     lines: list[str] = []
-    streamer = ReplicaLogStreamer(hook, MXJOB, "default", "mnist", emit=lines.append, hub=WatchHub())
+    streamer = ReplicaLogStreamer(
+        hook, MXJOB, "default", "mnist", emit=lines.append, note=[].append, hub=WatchHub()
+    )
     await streamer.stop()  # before run(): one read of each chosen pod
     assert lines == ["[worker-0] mnist says hi"]
 

@@ -213,6 +213,7 @@ class JobKind:
     owns_pod: Callable[[str, RawObject], bool] = lambda job_name, pod: True
     failed_replicas: Callable[[RawObject], list[dict[str, Any]]] = lambda job: []
     suspend_patch: Callable[[bool], dict[str, Any] | None] = lambda suspend: None
+    deciding_replicas: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -229,6 +230,18 @@ class JobKind:
         if grace_seconds is None:
             return self.read_status(job, children or {})
         return self.read_status(job, children or {}, grace_seconds=grace_seconds)
+
+    def deciding_replica(self, job: RawObject) -> str | None:
+        """The replica type that decides ``job``'s outcome: the first of :attr:`deciding_replicas` it has
+        (case-insensitive, with at least one replica), else its first replica type; without replica counts
+        (EDL's live in its children) the first of :attr:`deciding_replicas`, or ``None``."""
+        desired = self.status(job).replicas
+        present = [name for name, counts in desired.items() if counts.desired != 0]
+        by_lower = {name.lower(): name for name in present}
+        for wanted in self.deciding_replicas:
+            if wanted.lower() in by_lower:
+                return by_lower[wanted.lower()]
+        return present[0] if present else next(iter(self.deciding_replicas), None)
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -76,6 +76,8 @@ class Layout:
     replica_spec_key: str
     replica_types: tuple[str, ...]
     default_container: str
+    # The replica types whose outcome is the job's, in order of preference (see JobKind.deciding_replicas).
+    deciding: tuple[str, ...] = ()
     # Replica types whose ``replicas`` defaults to 0 instead of 1.
     zero_by_default: tuple[str, ...] = ()
 
@@ -90,22 +92,43 @@ class Layout:
 
 LAYOUTS: tuple[Layout, ...] = (
     Layout(
-        "TFJob", "tfjobs", "tfReplicaSpecs", ("Chief", "PS", "Worker", "Evaluator", "Master"), "tensorflow"
+        "TFJob",
+        "tfjobs",
+        "tfReplicaSpecs",
+        ("Chief", "PS", "Worker", "Evaluator", "Master"),
+        "tensorflow",
+        deciding=("Chief", "Master", "Worker"),
     ),
-    Layout("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", ("Master", "Worker"), "pytorch"),
+    Layout(
+        "PyTorchJob",
+        "pytorchjobs",
+        "pytorchReplicaSpecs",
+        ("Master", "Worker"),
+        "pytorch",
+        deciding=("Master", "Worker"),
+    ),
     Layout(
         "MXJob",
         "mxjobs",
         "mxReplicaSpecs",
         ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner"),
         "mxnet",
+        deciding=("Scheduler", "Worker"),
     ),
-    Layout("XGBoostJob", "xgboostjobs", "xgbReplicaSpecs", ("Master", "Worker"), "xgboost"),
-    Layout("PaddleJob", "paddlejobs", "paddleReplicaSpecs", ("Master", "Worker"), "paddle"),
+    Layout("XGBoostJob", "xgboostjobs", "xgbReplicaSpecs", ("Master", "Worker"), "xgboost", ("Master",)),
     Layout(
-        "MPIJob", "mpijobs", "mpiReplicaSpecs", ("Launcher", "Worker"), "mpi", zero_by_default=("Worker",)
+        "PaddleJob", "paddlejobs", "paddleReplicaSpecs", ("Master", "Worker"), "paddle", ("Master", "Worker")
     ),
-    Layout("JAXJob", "jaxjobs", "jaxReplicaSpecs", ("Worker",), "jax"),
+    Layout(
+        "MPIJob",
+        "mpijobs",
+        "mpiReplicaSpecs",
+        ("Launcher", "Worker"),
+        "mpi",
+        ("Launcher",),
+        zero_by_default=("Worker",),
+    ),
+    Layout("JAXJob", "jaxjobs", "jaxReplicaSpecs", ("Worker",), "jax", ("Worker",)),
 )
 LAYOUT_BY_KIND = {layout.kind: layout for layout in LAYOUTS}
 
@@ -201,6 +224,7 @@ def job_kind(layout: Layout) -> JobKind:
         replica_of_pod=partial(replica_of_pod, layout),
         replica_spec_key=layout.replica_spec_key,
         suspend_patch=suspend_patch,
+        deciding_replicas=layout.deciding,
     )
 
 

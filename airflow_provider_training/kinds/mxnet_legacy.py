@@ -228,6 +228,8 @@ def job_kind(lineage: Lineage) -> JobKind:
         replica_of_pod=replica_of_pod,
         replica_spec_key="replicaSpecs",
         owns_pod=partial(owns_pod, lineage),
+        # As chief() decides: mlkube's dist SCHEDULER, else WORKER (v1alpha1's default terminationPolicy).
+        deciding_replicas=("SCHEDULER", "WORKER") if lineage is MLKUBE else ("WORKER",),
     )
 
 

@@ -301,6 +301,7 @@ def job_kind() -> JobKind:
         replica_of_pod=replica_of_pod,
         children=CHILDREN,
         extra_pod_selectors=extra_pod_selectors,
+        deciding_replicas=(TRAINER,),  # the trainer Job's outcome is the job's
     )
 
 

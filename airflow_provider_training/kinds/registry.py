@@ -53,21 +53,22 @@ def known_kinds_text() -> str:
 def get_kind(kind: str, api_version: str | None = None) -> JobKind:
     """The kind named exactly ``kind`` (case-sensitive), in ``api_version`` if given.
 
-    Raises ``ValueError`` naming the known kinds (or the kind's known apiVersions) when there is no match.
+    Raises ``SpecError`` (a ``ValueError``) naming the known kinds (or the kind's known apiVersions) when
+    there is no match.
     """
+    from airflow_provider_training.specs.errors import SpecError
+
     candidates = [known for known in all_kinds() if known.kind == kind]
     if not candidates:
         hint = [known.kind for known in all_kinds() if known.kind.lower() == str(kind).lower()]
         did_you_mean = f" (did you mean {hint[0]}?)" if hint else ""
-        raise ValueError(
-            f"unknown training job kind {kind!r}{did_you_mean}; known kinds: {known_kinds_text()}"
-        )
+        unknown = f"unknown training job kind {kind!r}{did_you_mean}; known kinds: {known_kinds_text()}"
+        raise SpecError([("kind", unknown)])
     if api_version is None:
         return candidates[0]
     for known in candidates:
         if known.api_version == api_version:
             return known
     versions = ", ".join(known.api_version for known in candidates)
-    raise ValueError(
-        f"{kind} is not known in apiVersion {api_version!r}; known apiVersions of {kind}: {versions}"
-    )
+    unknown = f"{kind} is not known in apiVersion {api_version!r}; known apiVersions of {kind}: {versions}"
+    raise SpecError([("apiVersion", unknown)], kind=kind)

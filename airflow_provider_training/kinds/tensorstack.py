@@ -57,6 +57,8 @@ class Layout:
     has_launcher: bool = False  # an unindexed ``<job>-launcher`` pod beside the workers
     # ``replicaSpecs`` for the kinds with a spec model (builders pack the list); others: write the manifest.
     replica_spec_key: str | None = None
+    # The replica types whose outcome is the job's (see JobKind.deciding_replicas); () for the first one.
+    deciding: tuple[str, ...] = ()
 
 
 LAYOUTS: tuple[Layout, ...] = (
@@ -66,6 +68,7 @@ LAYOUTS: tuple[Layout, ...] = (
         ("chief", "worker", "ps", "evaluator"),
         "tensorflow",
         replica_spec_key="replicaSpecs",
+        deciding=("chief", "worker"),
     ),
     Layout(
         "PyTorchTrainingJob",
@@ -73,6 +76,7 @@ LAYOUTS: tuple[Layout, ...] = (
         ("master", "worker", "node", "ps"),
         "pytorch",
         replica_spec_key="replicaSpecs",
+        deciding=("master",),
     ),
     Layout(
         "XGBoostTrainingJob",
@@ -80,10 +84,18 @@ LAYOUTS: tuple[Layout, ...] = (
         ("master", "worker"),
         "xgboost",
         replica_spec_key="replicaSpecs",
+        deciding=("master",),
     ),
-    Layout("DeepSpeedJob", "deepspeedjobs", ("worker",), "worker"),
-    Layout("ColossalAIJob", "colossalaijobs", ("launcher", "worker"), "worker", has_launcher=True),
-    Layout("MPIJob", "mpijobs", ("launcher", "worker"), "worker", has_launcher=True),
+    Layout("DeepSpeedJob", "deepspeedjobs", ("worker",), "worker", deciding=("worker",)),
+    Layout(
+        "ColossalAIJob",
+        "colossalaijobs",
+        ("launcher", "worker"),
+        "worker",
+        has_launcher=True,
+        deciding=("launcher",),
+    ),
+    Layout("MPIJob", "mpijobs", ("launcher", "worker"), "worker", has_launcher=True, deciding=("launcher",)),
     Layout("GenericJob", "genericjobs", (), ""),
 )
 LAYOUT_BY_KIND = {layout.kind: layout for layout in LAYOUTS}
@@ -320,6 +332,7 @@ def job_kind(layout: Layout) -> JobKind:
         check_target=check_target,
         failed_replicas=failed_replicas,
         suspend_patch=suspend_patch,
+        deciding_replicas=layout.deciding,
     )
 
 

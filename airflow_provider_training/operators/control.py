@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_training.params import check_namespace, check_text
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -39,18 +41,20 @@ class TrainingJobSuspendOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.job_name = job_name
-        self.kind = kind or self.job_kind
-        self.api_version = api_version or self.job_api_version
+        self.kind = check_text("kind", kind, optional=True) or self.job_kind
+        self.api_version = check_text("api_version", api_version, optional=True) or self.job_api_version
         if not self.kind:
             raise ValueError("kind is required (e.g. kind='PyTorchJob')")
         self.namespace = namespace
-        self.kubernetes_conn_id = kubernetes_conn_id
+        self.kubernetes_conn_id = check_text("kubernetes_conn_id", kubernetes_conn_id, optional=True)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_training.kinds.registry import get_kind
         from airflow_provider_training.results import build_result
         from airflow_provider_training.submission import JobSubmitter
 
+        check_text("job_name", self.job_name)  # the templated fields, rendered
+        check_namespace("namespace", self.namespace)
         kind = get_kind(str(self.kind), self.api_version)
         patch = kind.suspend_patch(self.suspend)
         if patch is None:

@@ -17,23 +17,28 @@ from airflow.sdk.configuration import conf
 
 from airflow_provider_training import naming
 from airflow_provider_training.links import TrainingJobLink
-from airflow_provider_training.params import ON_KILL_ACTIONS, check_choice
+from airflow_provider_training.params import (
+    ACTIONS_IF_EXISTS,
+    DECIDING,
+    ON_FINISH_ACTIONS,
+    ON_KILL_ACTIONS,
+    WAIT_UNTIL,
+    check_annotations,
+    check_bool,
+    check_choice,
+    check_labels,
+    check_log_replicas,
+    check_log_replicas_for,
+    check_namespace,
+    check_optional_seconds,
+    check_seconds,
+    check_text,
+)
 from airflow_provider_training.results import TrainingJobError, build_result, failure_message
 from airflow_provider_training.submission import JobSubmitter
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-WAIT_UNTIL = ("Succeeded", "Running", None)
-ACTIONS_IF_EXISTS = ("reattach", "recreate", "fail")
-ON_FINISH_ACTIONS = ("keep", "delete", "delete_succeeded")
-
-
-def check_log_replicas(value: str | Sequence[str]) -> str | list[str]:
-    """``"master"``, ``"all"`` or a list of replica types (kept JSON-friendly for the trigger)."""
-    if isinstance(value, str):
-        return check_choice("log_replicas", value, ("master", "all"))
-    return [str(v) for v in value]
 
 
 def status_grace_period() -> float:
@@ -60,11 +65,15 @@ class TrainingJobOperator(BaseOperator):
     :param on_finish_action: ``"keep"``, ``"delete"`` or ``"delete_succeeded"``, once the job finished.
     :param on_kill_action: ``"delete"`` the job when the task is killed, or ``"keep"`` it; in sync mode and
         while deferred (the trigger's ``on_kill`` is told the same).
-    :param get_logs: stream replica logs into the task log. :param log_replicas: ``"master"``, ``"all"`` or a
-        list of replica types.
+    :param get_logs: stream replica logs into the task log. :param log_replicas: ``"deciding"`` (the replica
+        type that decides the job; ``"master"`` is its old name), ``"all"`` or a list of the kind's replica
+        types.
     :param startup_timeout: seconds after creation within which a replica pod must start (else ``timeout``).
     :param poll_interval: seconds between the trigger's time-based checks (watch events arrive at once).
     :param labels: extra labels for the job object. :param annotations: extra annotations.
+
+    Every parameter is checked before anything is sent (see :mod:`airflow_provider_training.params`): the
+    plain ones here, the templated ones and those needing the kind in :meth:`execute`, before any request.
     """
 
     template_fields: Sequence[str] = ("job", "job_name", "namespace")
@@ -90,7 +99,7 @@ class TrainingJobOperator(BaseOperator):
         on_finish_action: str = "keep",
         on_kill_action: str = "delete",
         get_logs: bool = True,
-        log_replicas: str | list[str] = "master",
+        log_replicas: str | list[str] = DECIDING,
         startup_timeout: float | None = conf.getfloat("training", "startup_timeout", fallback=600.0),
         poll_interval: float = 5.0,
         labels: Mapping[str, str] | None = None,
@@ -98,25 +107,27 @@ class TrainingJobOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if job is None:
+            raise ValueError("job is required: a dict, YAML text, a .yaml/.yml path or a spec model")
         self.job = job
-        self.kind = kind or self.job_kind
-        self.api_version = api_version or self.job_api_version
+        self.kind = check_text("kind", kind, optional=True) or self.job_kind
+        self.api_version = check_text("api_version", api_version, optional=True) or self.job_api_version
         self.job_name = job_name
         self.namespace = namespace
-        self.kubernetes_conn_id = kubernetes_conn_id
+        self.kubernetes_conn_id = check_text("kubernetes_conn_id", kubernetes_conn_id, optional=True)
         self.wait_until = check_choice("wait_until", wait_until, WAIT_UNTIL)
-        self.deferrable = deferrable
+        self.deferrable = check_bool("deferrable", deferrable)
         self.action_if_job_exists = check_choice(
             "action_if_job_exists", action_if_job_exists, ACTIONS_IF_EXISTS
         )
         self.on_finish_action = check_choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
         self.on_kill_action = check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
-        self.get_logs = get_logs
+        self.get_logs = check_bool("get_logs", get_logs)
         self.log_replicas = check_log_replicas(log_replicas)
-        self.startup_timeout = startup_timeout
-        self.poll_interval = poll_interval
-        self.labels = dict(labels or {})
-        self.annotations = dict(annotations or {})
+        self.startup_timeout = check_optional_seconds("startup_timeout", startup_timeout)
+        self.poll_interval = check_seconds("poll_interval", poll_interval)
+        self.labels = check_labels("labels", labels)
+        self.annotations = check_annotations("annotations", annotations)
         self._job_ref: dict[str, Any] | None = None
 
     def _submitter(self) -> JobSubmitter:
@@ -126,7 +137,13 @@ class TrainingJobOperator(BaseOperator):
             log=self.log,
         )
 
+    def check_rendered(self) -> None:
+        """The templated fields, once rendered (``execute`` calls it before anything is sent)."""
+        check_text("job_name", self.job_name, optional=True)
+        check_namespace("namespace", self.namespace)
+
     def execute(self, context: Context) -> Any:
+        self.check_rendered()
         submitter = self._submitter()
         kind, body = submitter.prepare(
             self.job,
@@ -139,6 +156,7 @@ class TrainingJobOperator(BaseOperator):
             annotations=self.annotations,
             wait_until=self.wait_until,
         )
+        check_log_replicas_for(self.log_replicas, kind.kind, kind.replica_types)
         job = submitter.submit(kind, body, context)
         self._job_ref = ref = submitter.reference(kind, job)
         TrainingJobLink.persist(

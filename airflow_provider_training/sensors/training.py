@@ -10,8 +10,17 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
-from airflow_provider_training.operators.training import check_log_replicas, status_grace_period
-from airflow_provider_training.params import TARGET_STATES, check_choice
+from airflow_provider_training.operators.training import status_grace_period
+from airflow_provider_training.params import (
+    DECIDING,
+    TARGET_STATES,
+    check_bool,
+    check_choice,
+    check_log_replicas,
+    check_log_replicas_for,
+    check_namespace,
+    check_text,
+)
 from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
 
 if TYPE_CHECKING:
@@ -28,7 +37,8 @@ class TrainingJobSensor(BaseSensorOperator):
     :param job_name: the job. :param namespace: its namespace (default: the connection's, then ``default``).
     :param kind: kind name; the per-kind sensors fix it. :param api_version: to pick among same-named kinds.
     :param target_state: ``"Succeeded"`` (default) or ``"Running"``.
-    :param get_logs: stream replica logs while deferred. :param log_replicas: ``master``, ``all`` or a list.
+    :param get_logs: stream replica logs while deferred. :param log_replicas: ``deciding`` (alias ``master``),
+        ``all`` or a list of the kind's replica types.
     """
 
     template_fields: Sequence[str] = ("job_name", "namespace")
@@ -48,27 +58,34 @@ class TrainingJobSensor(BaseSensorOperator):
         target_state: str = "Succeeded",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         get_logs: bool = False,
-        log_replicas: str | list[str] = "master",
+        log_replicas: str | list[str] = DECIDING,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_choice("target_state", target_state, TARGET_STATES)
         self.job_name = job_name
         self.namespace = namespace
-        self.kind = kind or self.job_kind
-        self.api_version = api_version or self.job_api_version
+        self.kind = check_text("kind", kind, optional=True) or self.job_kind
+        self.api_version = check_text("api_version", api_version, optional=True) or self.job_api_version
         if not self.kind:
             raise ValueError("kind is required (e.g. kind='PyTorchJob'), or use a per-kind sensor")
-        self.kubernetes_conn_id = kubernetes_conn_id
+        self.kubernetes_conn_id = check_text("kubernetes_conn_id", kubernetes_conn_id, optional=True)
         self.target_state = target_state
-        self.deferrable = deferrable
-        self.get_logs = get_logs
+        self.deferrable = check_bool("deferrable", deferrable)
+        self.get_logs = check_bool("get_logs", get_logs)
         self.log_replicas = check_log_replicas(log_replicas)
 
     def _job_kind(self) -> Any:
         from airflow_provider_training.kinds.registry import get_kind
 
         return get_kind(str(self.kind), self.api_version)
+
+    def check_rendered(self) -> None:
+        """The templated fields once rendered, and the parameters that need the kind: before any request."""
+        check_text("job_name", self.job_name)
+        check_namespace("namespace", self.namespace)
+        kind = self._job_kind()
+        check_log_replicas_for(self.log_replicas, kind.kind, kind.replica_types)
 
     def _trigger(self, namespace: str, deadline: str | None, *, get_logs: bool | None = None) -> Any:
         from airflow_provider_training.triggers.training import TrainingJobTrigger
@@ -97,6 +114,7 @@ class TrainingJobSensor(BaseSensorOperator):
         return JobSubmitter(kubernetes_conn_id=self.kubernetes_conn_id, log=self.log)
 
     def execute(self, context: Context) -> Any:
+        self.check_rendered()
         if not self.deferrable:
             return super().execute(context)
         import pendulum
@@ -110,7 +128,8 @@ class TrainingJobSensor(BaseSensorOperator):
         trigger = self._trigger(namespace, deadline.isoformat())
         _, status = submitter.read(self._job_kind(), self.job_name, namespace)
         if status is not None and (status.state.terminal or status.state.value == self.target_state):
-            return self.execute_complete(context, run_inline(trigger))  # done already: no deferral
+            # Done already: no deferral, but the event is handled as a deferred one's (soft_fail, never_fail).
+            return self.resume_execution("execute_complete", {"event": run_inline(trigger)}, context)
         self.defer(
             trigger=trigger,
             method_name="execute_complete",

@@ -23,7 +23,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_training.kinds.base import JobState, parse_time
-from airflow_provider_training.params import ON_KILL_ACTIONS, TARGET_STATES, check_choice
+from airflow_provider_training.params import DECIDING, ON_KILL_ACTIONS, TARGET_STATES, check_choice
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -34,7 +34,8 @@ class TrainingJobTrigger(BaseTrigger):
     :param uid: the uid of the object waited for; a same-named object with another uid counts as deleted.
     :param target_state: ``Succeeded`` or ``Running``.
     :param get_logs: stream replica logs into this trigger's log.
-    :param log_replicas: ``master``, ``all`` or a list of replica types.
+    :param log_replicas: ``deciding`` (the replica type that decides the job; ``master`` is its old name),
+        ``all`` or a list of replica types.
     :param deadline: absolute ISO-8601 time at which the wait ends with ``timeout``.
     :param startup_timeout: seconds after creation (or resumption) within which a replica pod must start.
     :param status_grace_period: seconds an empty status is tolerated before the wait reports an error.
@@ -58,7 +59,7 @@ class TrainingJobTrigger(BaseTrigger):
         kubernetes_conn_id: str | None = "kubernetes_default",
         target_state: str = JobState.SUCCEEDED.value,
         get_logs: bool = True,
-        log_replicas: str | list[str] = "master",
+        log_replicas: str | list[str] = DECIDING,
         deadline: str | None = None,
         startup_timeout: float | None = None,
         status_grace_period: float = 60.0,

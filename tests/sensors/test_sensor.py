@@ -15,6 +15,7 @@ from tests.operators.harness import (
     KINDS,
     MODES,
     NAMESPACE,
+    first_event,
     job_or_none,
     make_context,
     manifest,
@@ -65,14 +66,54 @@ def test_failure_names_exit_code_and_log_line(cluster, mode):
     assert "exit code 4" in str(failure.value) and "NaN loss at step 12" in str(failure.value)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_soft_fail_skips(cluster, mode):
-    case = KINDS[1]
-    name = f"sensor-soft-{mode[:4]}"
+def failed_job(cluster, case, name):
+    """A job that has failed already: the sensor's first check finds it so, in every mode."""
     create(cluster, case, name, {"default": {"duration": 0.05, "exit_code": 4}})
+    wait_for(lambda: _has_true(job_or_none(cluster, case, name), "Failed"))
 
-    with pytest.raises(AirflowSkipException):
-        run_operator(sensor_for(case, name, soft_fail=True), make_context(), mode)
+
+def _has_true(job, condition):
+    conditions = ((job or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == condition and c["status"] == "True" for c in conditions)
+
+
+@pytest.mark.parametrize("flag", ["soft_fail", "never_fail"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_failed_before_the_first_check_skips_with_soft_fail_or_never_fail(cluster, mode, flag):
+    case = KINDS[1]
+    name = f"sensor-{flag[:5].replace('_', '')}-{mode[:4]}"
+    failed_job(cluster, case, name)
+
+    with pytest.raises(AirflowSkipException, match=flag):
+        run_operator(sensor_for(case, name, **{flag: True}), make_context(), mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_failed_before_the_first_check_fails_the_sensor_without_either(cluster, mode):
+    case = KINDS[1]
+    name = f"sensor-hardfail-{mode[:4]}"
+    failed_job(cluster, case, name)
+
+    with pytest.raises(TrainingJobSensorError, match="exit code 4"):
+        run_operator(sensor_for(case, name), make_context(), mode)
+
+
+def test_a_sensor_timing_out_while_deferred_skips_with_soft_fail(cluster):
+    case = KINDS[1]
+    create(cluster, case, "sensor-soft-later", {"default": {"duration": None}})  # runs until deleted
+    sensor = sensors.PyTorchJobSensor(
+        task_id="wait", job_name="sensor-soft-later", poke_interval=0.1, timeout=1, soft_fail=True
+    )
+    sensor.deferrable = True
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(make_context())  # not finished: it defers, whatever the timing
+
+    event = first_event(deferred.value.trigger)
+
+    assert event["status"] == "timeout"
+    with pytest.raises(AirflowSkipException, match="soft_fail"):
+        sensor.resume_execution("execute_complete", {"event": event}, make_context())
+    cluster.store.delete(resource(cluster, case), NAMESPACE, "sensor-soft-later")
 
 
 def test_poke_reads_the_status_once_and_waits_for_a_missing_job(cluster):
