@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
-LOG_FLUSH_SECONDS = 10.0
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 
 
@@ -91,6 +90,13 @@ class JobWaiter:
         return f"{self.kind.kind} {self.namespace}/{self.name}"
 
     async def wait(self) -> dict[str, Any]:
+        """The event; every API read of the wait retries transient failures until the deadline."""
+        from airflow_provider_training.hooks.retry import retry_until
+
+        with retry_until(self.opts.deadline):
+            return await self._wait()
+
+    async def _wait(self) -> dict[str, Any]:
         from airflow_provider_training.watch import WatchHub
 
         hub = WatchHub.shared()
@@ -113,12 +119,32 @@ class JobWaiter:
                         await self._step(queue)
                 except _Finished as done:
                     self._drain_pods(queue)
-                    if self._streamer is not None:
-                        await self._streamer.stop(timeout=LOG_FLUSH_SECONDS)  # emit what is left first
+                    if self._streamer is not None:  # emit what is left first, and say what could not be
+                        for gap in await self._streamer.stop():
+                            self.log.warning("%s: %s", self.label, gap)
                     return await self._event(done)
         except Exception as exc:  # an event, never a crashed trigger
+            return await self._event(self._failed_read(exc))
+
+    def _failed_read(self, exc: Exception) -> _Finished:
+        """How a read that retrying could not fix ends the wait: ``timeout`` if the deadline passed while
+        it was retried, else ``error`` naming the request and why it cannot succeed."""
+        from airflow_provider_training.hooks.errors import KubeApiError
+        from airflow_provider_training.hooks.retry import is_transient
+
+        text = str(exc) if isinstance(exc, KubeApiError) else f"{type(exc).__name__}: {exc}"
+        deadline = self.opts.deadline
+        if is_transient(exc) and deadline is not None and datetime.now(UTC) >= deadline:
+            state = self.status.state.value if self.status else "not found"
+            self.log.warning("Waiting for %s: the deadline passed while retrying %s", self.label, text)
+            message = f"deadline {deadline.isoformat()} passed while {state} (last read failed: {text})"
+            return _Finished("timeout", message, self.status)
+        if isinstance(exc, KubeApiError):
+            text += _HINTS.get(exc.status, "")
+            self.log.error("Waiting for %s failed: %s", self.label, text)
+        else:
             self.log.exception("Waiting for %s failed", self.label)
-            return await self._event(_Finished("error", f"{type(exc).__name__}: {exc}", self.status))
+        return _Finished("error", text, self.status)
 
     def _watched(self) -> list[tuple[str, ResourceRef, dict[str, str]]]:
         """(tag, resource, subscription) of everything followed: the job by name, the replica pods by each
@@ -360,6 +386,13 @@ class JobWaiter:
             "kind": self.kind.kind,
             "api_version": self.kind.api_version,
         }
+
+
+_HINTS = {
+    401: " (refused again after reloading the credentials)",
+    403: " (the connection's credentials lack this permission; see docs/rbac.md)",
+    404: " (is the resource's CustomResourceDefinition installed?)",
+}
 
 
 async def _pump(tag: str, sub: Any, queue: asyncio.Queue[tuple[str, Any]]) -> None:
