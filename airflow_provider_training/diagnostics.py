@@ -100,13 +100,36 @@ def replica_failures(kind: JobKind, pods: Iterable[RawObject]) -> list[dict[str,
     return failures
 
 
-def _event_time(event: RawObject) -> str:
+def counted_failures(kind: JobKind, status: JobStatus, pods: Iterable[RawObject]) -> list[dict[str, Any]]:
+    """When no pod, status or event names a failing replica: the replica types the status counts failed
+    replicas of, saying plainly that their exit codes are unknown (and why, when their pods are gone)."""
+    present = {kind.replica_of_pod(pod).replica_type for pod in pods}
+    return [
+        {
+            "pod": None,
+            "replica_type": rtype,
+            "index": None,
+            "container": None,
+            "exit_code": None,
+            "reason": "",
+            "message": "exit code unknown"
+            + ("" if rtype in present else ": the pods were deleted before they could be read"),
+            "restarts": 0,
+            "count": counts.failed,
+        }
+        for rtype, counts in sorted(status.replicas.items())
+        if counts.failed
+    ]
+
+
+def event_time(event: RawObject) -> str:
+    """When an event last happened (RFC 3339; compares as text)."""
     return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
 
 
 def warning_events(events: Iterable[RawObject], limit: int = 10) -> list[dict[str, Any]]:
     """The most recent Warning events, oldest first, in a compact JSON-friendly form."""
-    warnings = sorted((e for e in events if e.get("type") == "Warning"), key=_event_time)
+    warnings = sorted((e for e in events if e.get("type") == "Warning"), key=event_time)
     return [
         {
             "object": f"{(e.get('involvedObject') or {}).get('kind', '')}/"
@@ -114,7 +137,7 @@ def warning_events(events: Iterable[RawObject], limit: int = 10) -> list[dict[st
             "reason": e.get("reason") or "",
             "message": e.get("message") or "",
             "count": int(e.get("count") or 1),
-            "time": _event_time(e),
+            "time": event_time(e),
         }
         for e in warnings[-limit:]
     ]

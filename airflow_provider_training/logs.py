@@ -101,6 +101,8 @@ class _Pod:
         self.changed = asyncio.Event()
         self.cursor = LogCursor()
         self.restarts_read: int | None = None  # restartCount when we last caught up on instances
+        # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
+        self.unread: str | None = "its log was not read"
         self.tail: collections.deque[str] = collections.deque(maxlen=tail)
         self.task: asyncio.Task[None] | None = None
 
@@ -142,7 +144,8 @@ class ReplicaLogStreamer:
 
     ``replicas``: ``"deciding"`` (alias ``"master"``: the job's :meth:`JobKind.deciding_replica`, read from
     the job once when streaming starts), ``"all"``, or a list of replica types.
-    :meth:`run` follows pods as they appear until cancelled or :meth:`stop`-ped (which flushes what is left).
+    :meth:`run` follows pods as they appear until cancelled or :meth:`stop`-ped (which flushes what is left,
+    and returns a note for each pod whose log could not be read to its end).
     :meth:`tail` keeps the last ``tail_lines`` lines of each pod for failure messages. ``note`` (default:
     ``emit``) gets the one line saying which replicas are followed.
     """
@@ -171,6 +174,8 @@ class ReplicaLogStreamer:
         self.hub = hub
         self.retry_interval = retry_interval
         self._pods: dict[str, _Pod] = {}
+        self._replaced: list[_Pod] = []  # earlier incarnations of a pod name, not read to their end
+        self._gaps: list[str] = []
         self._runner: asyncio.Task[Any] | None = None
         self._stopping = False
         self._finished = asyncio.Event()
@@ -214,28 +219,29 @@ class ReplicaLogStreamer:
             if self._runner is not None:
                 self._runner.uncancel()
         finally:
-            await self._cancel_followers()
-            if self._stopping:
-                await self._flush()
-            self._finished.set()
+            try:
+                await self._cancel_followers()
+                if self._stopping:
+                    await self._flush()
+            finally:
+                self._finished.set()
 
-    async def stop(self, timeout: float = 10.0) -> None:
+    async def stop(self) -> list[str]:
         """Stop following and read what each started pod wrote since its last emitted line.
 
         The chosen pods are listed once more, so pods never followed are read too: those whose watch events
         had not arrived yet, and all of them when :meth:`run` never got to start (a job that ended at once).
+        These reads retry like every other (until the wait's deadline, see ``hooks.retry.retry_until``).
+        Returns a note for each pod whose log could not be read to its end, and why (e.g. it was deleted).
         """
         if self._runner is None and not self._stopping:
             self._stopping = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._flush(), timeout)
-            return
-        if self._runner is None or self._runner.done():
-            return
-        self._stopping = True
-        self._runner.cancel()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._finished.wait()), timeout)
+            await self._flush()
+        elif self._runner is not None and not self._runner.done():
+            self._stopping = True
+            self._runner.cancel()
+            await asyncio.shield(self._finished.wait())
+        return list(self._gaps)
 
     def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
         known = self._pods.get(pod["metadata"]["name"])
@@ -259,6 +265,7 @@ class ReplicaLogStreamer:
         known = self._pods.get(name)
         if known is not None:  # deleted and created again under the same name (operators recreate pods)
             known.update(None)
+            self._replaced.append(known)
             state.tail = known.tail  # one tail per replica pod name, across incarnations
         self._pods[name] = state
         return state
@@ -291,8 +298,7 @@ class ReplicaLogStreamer:
         try:
             listed = await self.hook.list_job_pods(self.kind, self.job_name, self.namespace, master=master)
         except Exception as err:
-            if not is_transient(err):
-                raise
+            self._gaps.append(f"the job's pods could not be listed for the last log read: {err}")
             listed = []  # read the pods known so far
         for pod in listed:
             known = self._pods.get(pod["metadata"]["name"])
@@ -302,6 +308,11 @@ class ReplicaLogStreamer:
                 self._track(pod)
         started = [pod for pod in self._pods.values() if pod.has_run and not pod.deleted]
         await asyncio.gather(*(self._read(pod) for pod in started), return_exceptions=True)
+        for state in [*self._replaced, *self._pods.values()]:
+            if state.has_run and state.unread is not None:
+                why = "the pod was deleted" if state.deleted else state.unread
+                label = state.prefix.strip()[1:-1]
+                self._gaps.append(f"the rest of {label}'s log could not be read: {why}")
 
     # -- one pod ---------------------------------------------------------------------------------------------
 
@@ -352,6 +363,7 @@ class ReplicaLogStreamer:
         lines = self.hook.follow_log(
             self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
         )
+        pod.unread = "its log stream was interrupted"
         try:
             async for line in lines:
                 key, text = split_stamp(line)
@@ -359,9 +371,12 @@ class ReplicaLogStreamer:
                     self._emit(pod, text)
                     emitted += 1
         except Exception as err:
+            pod.unread = _unreadable(err)
             if not _retry_later(err):
                 raise
             log.debug("Log stream of pod %s interrupted (%s); resuming", pod.name, err)
+        else:
+            pod.unread = None  # the stream ended with the container: everything it wrote was read
         return emitted
 
     async def _read(self, pod: _Pod, *, previous: bool = False) -> None:
@@ -376,9 +391,12 @@ class ReplicaLogStreamer:
                 timestamps=True,
             )
         except Exception as err:
+            pod.unread = _unreadable(err)
             if not _retry_later(err):
                 raise
             return
+        if not previous:
+            pod.unread = None
         for line in text.splitlines():
             key, body = split_stamp(line)
             if fresh(key):
@@ -402,6 +420,13 @@ def _retry_later(err: BaseException) -> bool:
     if isinstance(err, KubeApiError) and err.status in (400, 404):
         return True
     return is_transient(err)
+
+
+def _unreadable(err: BaseException) -> str:
+    """Why a log read failed, for the note on what could not be read."""
+    if isinstance(err, KubeApiError) and err.status == 404:
+        return "the pod was deleted"
+    return str(err) or type(err).__name__
 
 
 def _uid(pod: Mapping[str, Any]) -> str | None:

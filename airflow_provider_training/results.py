@@ -82,7 +82,12 @@ def failure_message(event: Event) -> str:
         where = (
             f"{f['replica_type'].lower()}-{f['index']}" if f.get("index") is not None else f["replica_type"]
         )
+        if f.get("count"):  # only the job status' count is known
+            lines.append(f"  {where}: {f['count']} failed, {f.get('message') or 'exit code unknown'}")
+            continue
         exit_text = "no exit code" if f.get("exit_code") is None else f"exit code {f['exit_code']}"
+        if f.get("exit_code_unknown"):
+            exit_text = f"exit code unknown: {f['exit_code_unknown']}"
         detail = f"  {where} (pod {f.get('pod') or '-'}, container {f.get('container') or '-'}): {exit_text}"
         if f.get("reason"):
             detail += f", reason {f['reason']}"
@@ -90,11 +95,15 @@ def failure_message(event: Event) -> str:
             detail += f": {f['message'].strip()}"
         if f.get("restarts"):
             detail += f" (restarts: {f['restarts']})"
+        if f.get("source") == "events":
+            detail += " (from the job's events)"
         lines.append(detail)
         tail = tails.get(f.get("pod") or "") or []
         if tail:
             lines.append(f"    last {len(tail)} log lines of {f['pod']}:")
             lines.extend(f"    | {line}" for line in tail)
+        elif f.get("log"):
+            lines.append(f"    no log lines: {f['log']}")
     for pod, tail in tails.items():
         if tail and not any(f.get("pod") == pod for f in failures):
             lines.append(f"Last {len(tail)} log lines of {pod}:")
@@ -103,6 +112,7 @@ def failure_message(event: Event) -> str:
     if events:
         lines.append("Recent warning events:")
         lines.extend(f"  {e}" for e in format_events(events))
+    lines.extend(f"Note: {note}" for note in event.get("notes") or [])
     return "\n".join(lines)
 
 

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
-LOG_FLUSH_SECONDS = 10.0
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 
 
@@ -85,12 +84,20 @@ class JobWaiter:
         self._suspended_logged_at: datetime | None = None
         self._streamer: Any = None
         self._began = datetime.now(UTC)
+        self._notes: list[str] = []  # what could not be read, for the event
 
     @property
     def label(self) -> str:
         return f"{self.kind.kind} {self.namespace}/{self.name}"
 
     async def wait(self) -> dict[str, Any]:
+        """The event; every API read of the wait retries transient failures until the deadline."""
+        from airflow_provider_training.hooks.retry import retry_until
+
+        with retry_until(self.opts.deadline):
+            return await self._wait()
+
+    async def _wait(self) -> dict[str, Any]:
         from airflow_provider_training.watch import WatchHub
 
         hub = WatchHub.shared()
@@ -113,12 +120,33 @@ class JobWaiter:
                         await self._step(queue)
                 except _Finished as done:
                     self._drain_pods(queue)
-                    if self._streamer is not None:
-                        await self._streamer.stop(timeout=LOG_FLUSH_SECONDS)  # emit what is left first
+                    if self._streamer is not None:  # emit what is left first, and say what could not be
+                        for gap in await self._streamer.stop():
+                            self.log.warning("%s: %s", self.label, gap)
+                            self._notes.append(gap)
                     return await self._event(done)
         except Exception as exc:  # an event, never a crashed trigger
+            return await self._event(self._failed_read(exc))
+
+    def _failed_read(self, exc: Exception) -> _Finished:
+        """How a read that retrying could not fix ends the wait: ``timeout`` if the deadline passed while
+        it was retried, else ``error`` naming the request and why it cannot succeed."""
+        from airflow_provider_training.hooks.errors import KubeApiError
+        from airflow_provider_training.hooks.retry import is_transient
+
+        text = str(exc) if isinstance(exc, KubeApiError) else f"{type(exc).__name__}: {exc}"
+        deadline = self.opts.deadline
+        if is_transient(exc) and deadline is not None and datetime.now(UTC) >= deadline:
+            state = self.status.state.value if self.status else "not found"
+            self.log.warning("Waiting for %s: the deadline passed while retrying %s", self.label, text)
+            message = f"deadline {deadline.isoformat()} passed while {state} (last read failed: {text})"
+            return _Finished("timeout", message, self.status)
+        if isinstance(exc, KubeApiError):
+            text += _HINTS.get(exc.status, "")
+            self.log.error("Waiting for %s failed: %s", self.label, text)
+        else:
             self.log.exception("Waiting for %s failed", self.label)
-            return await self._event(_Finished("error", f"{type(exc).__name__}: {exc}", self.status))
+        return _Finished("error", text, self.status)
 
     def _watched(self) -> list[tuple[str, ResourceRef, dict[str, str]]]:
         """(tag, resource, subscription) of everything followed: the job by name, the replica pods by each
@@ -189,10 +217,12 @@ class JobWaiter:
         for reason, message in diag.stuck_reasons(obj):
             if (name, reason) not in self._warned:
                 self._warned.add((name, reason))
-                await self._warn_stuck(name, reason, message)
+                await self._warn_stuck(obj, reason, message)
 
-    async def _warn_stuck(self, pod: str, reason: str, message: str) -> None:
-        events = diag.warning_events(await self.hook.list_events(self.namespace, pod, "Pod"), limit=5)
+    async def _warn_stuck(self, obj: RawObject, reason: str, message: str) -> None:
+        pod = diag.pod_name(obj)
+        listed = await self.hook.list_events(self.namespace, pod, "Pod", uid=_uid(obj))
+        events = diag.warning_events(listed, limit=5)
         lines = "".join(f"\n    {line}" for line in diag.format_events(events))
         self.log.warning("Replica pod %s of %s is stuck: %s: %s%s", pod, self.label, reason, message, lines)
 
@@ -291,18 +321,22 @@ class JobWaiter:
             "replica_failures": [],
             "log_tail": {},
             "events": [],
+            "notes": self._notes,
         }
         needs_pods = done.status in ("failed", "timeout") or (
             done.status == "success" and not self._all_pods_seen()
         )
         if needs_pods:
-            with contextlib.suppress(Exception):  # the event goes out even if these reads fail
+            try:  # the event goes out even if these reads fail
                 # The pods as they are now: the job may have ended before their watch events arrived.
                 listed = await self.hook.list_job_pods(self.kind, self.name, self.namespace)
                 pods = {**self.seen_pods, **{diag.pod_name(p): p for p in listed}}
                 event["pods"] = sorted(pods)
                 if done.status != "success":
                     await self._explain(event, list(pods.values()))
+            except Exception as exc:
+                self._notes.append(f"the explanation is incomplete: {exc}")
+                self.log.warning("%s: the explanation is incomplete: %s", self.label, exc)
         return event
 
     def _drain_pods(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
@@ -325,32 +359,57 @@ class JobWaiter:
         return bool(desired) and None not in desired and len(self.seen_pods) >= sum(d or 0 for d in desired)
 
     async def _explain(self, event: dict[str, Any], pods: list[RawObject]) -> None:
-        """Failing replicas with exit codes, their last log lines, and the recent Warning events."""
+        """Failing replicas with exit codes, their last log lines, and the recent Warning events, from what
+        survives: the pods' last states (as listed now or as any watch saw them), what the job's status and
+        its own events record (pods may be gone: cleanPodPolicy, T9k), else the status' replica counts."""
+        job_events = await self.hook.list_events(self.namespace, self.name, self.kind.kind, uid=self.uid)
         failures = diag.replica_failures(self.kind, pods)
-        from_pods = {f["pod"] for f in failures}
         recorded = self.kind.failed_replicas(self.job) if self.job is not None else []
-        failures += [f for f in recorded if f.get("pod") not in from_pods]  # pods may be gone (T9k)
+        for more in (recorded, self.kind.failures_in_events(self.name, job_events)):
+            known = {f.get("pod") for f in failures}
+            failures += [f for f in more if f.get("pod") not in known]
+        if not failures and self.status is not None:
+            failures = diag.counted_failures(self.kind, self.status, pods)
         event["replica_failures"] = failures
-        events = list(await self.hook.list_events(self.namespace, self.name, self.kind.kind))
+        by_name = {diag.pod_name(p): p for p in pods}
+        since = str(((self.job or {}).get("metadata") or {}).get("creationTimestamp") or "")
+        events = list(job_events)
         for pod in {f["pod"] for f in failures if f.get("pod")} | {pod for pod, _ in self._warned}:
-            events.extend(await self.hook.list_events(self.namespace, pod, "Pod"))
+            if pod in by_name:
+                events.extend(await self.hook.list_events(self.namespace, pod, "Pod", uid=_uid(by_name[pod])))
+            else:  # never seen, so its uid is unknown: an earlier pod of that name is older than the job
+                listed = await self.hook.list_events(self.namespace, pod, "Pod")
+                events.extend(e for e in listed if diag.event_time(e) >= since)
         event["events"] = diag.warning_events(events)
         for failure in failures:
+            if failure.get("pod") and failure["pod"] not in by_name and failure.get("exit_code") is None:
+                failure["exit_code_unknown"] = "the pod was deleted before it could be read"
             if failure.get("pod"):
-                event["log_tail"][failure["pod"]] = await self._tail(failure)
+                lines, why = await self._tail(failure)
+                event["log_tail"][failure["pod"]] = lines
+                if not lines and why:
+                    failure["log"] = why
 
-    async def _tail(self, failure: Mapping[str, Any]) -> list[str]:
+    async def _tail(self, failure: Mapping[str, Any]) -> tuple[list[str], str]:
+        """The failing replica's last lines, or none and why they could not be read."""
         if self._streamer is not None and (seen := self._streamer.tail(failure["pod"])):
-            return list(seen)[-TAIL_LINES:]
+            return list(seen)[-TAIL_LINES:], ""
+        from airflow_provider_training.hooks.errors import KubeApiError
+
         container = failure.get("container") or self.kind.default_container
+        why = ""
         for previous in (False, True):
-            with contextlib.suppress(Exception):
+            try:
                 text = await self.hook.read_log(
                     self.namespace, failure["pod"], container, tail_lines=TAIL_LINES, previous=previous
                 )
-                if text.strip():
-                    return text.splitlines()[-TAIL_LINES:]
-        return []
+            except Exception as exc:
+                gone = isinstance(exc, KubeApiError) and exc.status == 404
+                why = why or ("the pod was deleted before its log could be read" if gone else str(exc))
+                continue
+            if text.strip():
+                return text.splitlines()[-TAIL_LINES:], ""
+        return [], why
 
     def identity(self) -> dict[str, Any]:
         return {
@@ -360,6 +419,13 @@ class JobWaiter:
             "kind": self.kind.kind,
             "api_version": self.kind.api_version,
         }
+
+
+_HINTS = {
+    401: " (refused again after reloading the credentials)",
+    403: " (the connection's credentials lack this permission; see docs/rbac.md)",
+    404: " (is the resource's CustomResourceDefinition installed?)",
+}
 
 
 async def _pump(tag: str, sub: Any, queue: asyncio.Queue[tuple[str, Any]]) -> None:

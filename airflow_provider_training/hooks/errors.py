@@ -29,6 +29,8 @@ class KubeApiError(ApiException):
         self.status_body: dict[str, Any] = dict(body or {})
         self.body = json.dumps(self.status_body).encode() if body else None
         self.headers = CIMultiDictProxy(CIMultiDict(headers or {}))
+        # What was asked, e.g. "list pods in namespace default" (set by the transport).
+        self.request = ""
 
     @classmethod
     def from_response(cls, status: int, raw: bytes, headers: Mapping[str, str]) -> KubeApiError:
@@ -61,7 +63,7 @@ class KubeApiError(ApiException):
             return None
 
     def __str__(self) -> str:
-        text = f"Kubernetes API error {self.status}"
+        text = f"{self.request}: {self.status}" if self.request else f"Kubernetes API error {self.status}"
         if self.reason:
             text += f" {self.reason}"
         return f"{text}: {self.message}" if self.message else text

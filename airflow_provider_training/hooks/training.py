@@ -373,12 +373,20 @@ class AsyncTrainingJobHook:
         return await self.get_object(PODS, name, namespace)
 
     async def list_events(
-        self, namespace: str, involved_name: str, involved_kind: str | None = None
+        self,
+        namespace: str,
+        involved_name: str,
+        involved_kind: str | None = None,
+        *,
+        uid: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Events about one object, oldest first."""
+        """Events about one object, oldest first. With ``uid``, only about that very object: events outlive
+        their objects, and a job (or pod) created again under the same name is another object."""
         selector = f"involvedObject.name={involved_name}"
         if involved_kind:
             selector += f",involvedObject.kind={involved_kind}"
+        if uid:
+            selector += f",involvedObject.uid={uid}"
         items = (await self.list_objects(EVENTS, namespace, field_selector=selector))["items"]
         return sorted(items, key=_event_time)
 

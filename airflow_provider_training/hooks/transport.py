@@ -42,6 +42,30 @@ def object_path(
     return f"{path}/{subresource}" if subresource else path
 
 
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def describe_request(method: str, path: str, query: Query | None = None) -> str:
+    """What a request asks, as RBAC names it: ``list pods in namespace default``, ``get pods/log
+    default/x-master-0``, ``watch pytorchjobs.kubeflow.org in namespace default``."""
+    parts = [p for p in path.split("/") if p]
+    group, rest = ("", parts[2:]) if parts[:1] == ["api"] else (parts[1], parts[3:])
+    namespace = ""
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    if not rest:
+        return f"{method} {path}"
+    resource = f"{rest[0]}.{group}" if group else rest[0]
+    if len(rest) > 2:
+        resource += f"/{rest[2]}"
+    if len(rest) > 1:
+        verb = _VERBS.get(method, "get")
+        return f"{verb} {resource} {namespace + '/' if namespace else ''}{rest[1]}"
+    watching = any(k == "watch" and v in ("true", "1") for k, v in query or ())
+    verb = "watch" if watching else ("list" if method == "GET" else _VERBS.get(method, method.lower()))
+    return f"{verb} {resource}" + (f" in namespace {namespace}" if namespace else "")
+
+
 class KubeTransport:
     """One ``ApiClient`` (one aiohttp session and connection pool), reused for every request."""
 
@@ -107,7 +131,7 @@ class KubeTransport:
         resp = await self._send(method, path, query, body, content_type, "application/json", self._timeout)
         async with resp:
             raw = await resp.read()
-            _raise_for_status(resp, raw)
+            _raise_for_status(resp, raw, describe_request(method, path, query))
         return json.loads(raw) if raw else {}
 
     async def read_bytes(self, path: str, *, query: Query | None = None) -> bytes:
@@ -115,7 +139,7 @@ class KubeTransport:
         resp = await self._send("GET", path, query, None, "application/json", "*/*", self._timeout)
         async with resp:
             raw = await resp.read()
-            _raise_for_status(resp, raw)
+            _raise_for_status(resp, raw, describe_request("GET", path, query))
         return raw
 
     @asynccontextmanager
@@ -129,15 +153,17 @@ class KubeTransport:
         resp = await self._send("GET", path, query, None, "application/json", "*/*", timeout)
         try:
             if not 200 <= resp.status < 300:
-                _raise_for_status(resp, await resp.read())
+                _raise_for_status(resp, await resp.read(), describe_request("GET", path, query))
             yield resp
         finally:
             resp.close()
 
 
-def _raise_for_status(resp: aiohttp.ClientResponse, raw: bytes) -> None:
+def _raise_for_status(resp: aiohttp.ClientResponse, raw: bytes, request: str) -> None:
     if not 200 <= resp.status < 300:
-        raise KubeApiError.from_response(resp.status, raw, resp.headers)
+        error = KubeApiError.from_response(resp.status, raw, resp.headers)
+        error.request = request
+        raise error
 
 
 async def iter_lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

@@ -7,7 +7,7 @@ values; operators, sensors, triggers and hooks only ever talk to this interface.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -193,7 +193,9 @@ class JobKind:
     ``owns_pod(job_name, pod)`` filters pods a selector cannot tell apart (legacy MxJob pods carry no job
     name); generic code drops pods for which it is false. ``failed_replicas(job)`` lists the failing replicas
     the job's own status records (T9k keeps exit codes there even after its pods are gone), in the dict shape
-    of ``diagnostics.replica_failures``. ``suspend_patch(suspend)`` is the merge patch that suspends
+    of ``diagnostics.replica_failures``. ``failures_in_events(job_name, events)`` reads the same from the
+    job's own events (the Kubeflow operator records each replica's exit code there, which outlives pods
+    deleted by ``cleanPodPolicy``). ``suspend_patch(suspend)`` is the merge patch that suspends
     (``True``) or resumes (``False``) a job of this kind, ``None`` for kinds that cannot be suspended.
     """
 
@@ -212,6 +214,7 @@ class JobKind:
     extra_pod_selectors: Callable[[str], tuple[str, ...]] = lambda job_name: ()
     owns_pod: Callable[[str, RawObject], bool] = lambda job_name, pod: True
     failed_replicas: Callable[[RawObject], list[dict[str, Any]]] = lambda job: []
+    failures_in_events: Callable[[str, Sequence[RawObject]], list[dict[str, Any]]] = lambda name, events: []
     suspend_patch: Callable[[bool], dict[str, Any] | None] = lambda suspend: None
     deciding_replicas: tuple[str, ...] = ()
 
@@ -226,10 +229,20 @@ class JobKind:
     def status(
         self, job: RawObject, children: ChildObjects | None = None, *, grace_seconds: float | None = None
     ) -> JobStatus:
-        """:attr:`read_status`, with the no-status grace period given (``None``: the kind's default)."""
+        """:attr:`read_status`, with the no-status grace period given (``None``: the kind's default).
+
+        A failed job has no active replicas: those its status still counts as active (its operator stopped
+        updating the counts when the job failed, and deleted or abandoned the pods) count as failed, the way
+        the Kubeflow operator counts a running pod being deleted.
+        """
         if grace_seconds is None:
-            return self.read_status(job, children or {})
-        return self.read_status(job, children or {}, grace_seconds=grace_seconds)
+            status = self.read_status(job, children or {})
+        else:
+            status = self.read_status(job, children or {}, grace_seconds=grace_seconds)
+        if status.state != JobState.FAILED or not any(c.active for c in status.replicas.values()):
+            return status
+        settled = {t: replace(c, active=0, failed=c.failed + c.active) for t, c in status.replicas.items()}
+        return replace(status, replicas=settled)
 
     def deciding_replica(self, job: RawObject) -> str | None:
         """The replica type that decides ``job``'s outcome: the first of :attr:`deciding_replicas` it has

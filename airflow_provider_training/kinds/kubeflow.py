@@ -19,7 +19,8 @@ JAXJob        Worker 0
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -207,6 +208,53 @@ def replica_of_pod(layout: Layout, pod: RawObject) -> ReplicaPod:
     )
 
 
+# The operator's events about a replica's end (common/pod.go, common/job.go recordAbnormalPods).
+_EXITED = re.compile(r"^Pod: [^.]+\.(?P<pod>\S+) exited with code (?P<code>-?\d+)$")
+_ABNORMAL = re.compile(
+    r"^Error pod (?P<pod>\S+) container (?P<container>\S+) (?:exitCode: (?P<code>-?\d+) terminated"
+    r"|waiting) message: (?P<message>.*)$",
+    re.DOTALL,
+)
+
+
+def failures_in_events(layout: Layout, job_name: str, events: Sequence[RawObject]) -> list[dict[str, Any]]:
+    """Failing replicas the job's events name (``ExitedWithCode``, the abnormal-pod warnings of crashed or
+    back-off waiting containers): per pod the newest with an exit code, else the newest without (exit code
+    ``None``). The replica type and index come from the pod name ``<job>-<type>-<index>``."""
+    found: dict[str, dict[str, Any]] = {}
+    for event in events:
+        text = str(event.get("message") or "")
+        match = _ABNORMAL.match(text) or _EXITED.match(text)
+        code = None if match is None or match["code"] is None else int(match["code"])
+        if match is None or code == 0:
+            continue
+        groups = match.groupdict()
+        pod = groups["pod"]
+        if code is None and (found.get(pod) or {}).get("exit_code") is not None:
+            continue  # a back-off after the crash whose exit code is known
+        replica_type, index = _replica_of_name(layout, job_name, pod)
+        found[pod] = {
+            "pod": pod,
+            "replica_type": replica_type,
+            "index": index,
+            "container": groups.get("container") or layout.default_container,
+            "exit_code": code,
+            "reason": str(event.get("reason") or "") if "container" in groups else "",
+            "message": (groups.get("message") or "").strip(),
+            "restarts": 0,
+            "source": "events",
+        }
+    return list(found.values())
+
+
+def _replica_of_name(layout: Layout, job_name: str, pod: str) -> tuple[str, int | None]:
+    suffix = pod.removeprefix(f"{job_name}-")
+    type_, _, index = suffix.rpartition("-")
+    if not index.isdigit():
+        type_, index = suffix, ""
+    return canonical_type(type_, layout.replica_types), parse_index(index)
+
+
 def suspend_patch(suspend: bool) -> dict[str, Any]:
     """``runPolicy.suspend`` (Training Operator >= 1.7): suspending deletes the replica pods."""
     return {"spec": {"runPolicy": {"suspend": suspend}}}
@@ -225,6 +273,7 @@ def job_kind(layout: Layout) -> JobKind:
         replica_spec_key=layout.replica_spec_key,
         suspend_patch=suspend_patch,
         deciding_replicas=layout.deciding,
+        failures_in_events=partial(failures_in_events, layout),
     )
 
 

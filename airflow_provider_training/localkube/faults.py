@@ -1,4 +1,5 @@
-"""Programmable faults: throttling, server errors, dropped connections, latency, expired or ended watches.
+"""Programmable faults: throttling, server errors, RBAC denials (403), dropped connections, latency, expired
+or ended watches.
 
 Rules match requests by method, path regex and resource plural; each answers `count` matching requests
 (None = all of them) and then expires. Thread-safe: tests program them from any thread.
@@ -18,6 +19,7 @@ from aiohttp import web
 
 ACTIONS = ("status", "drop", "latency", "expire_watch", "end_watch")
 _STATUS_TEXT = {
+    403: ("Forbidden", 'forbidden: User "system:serviceaccount:default:airflow" cannot access this resource'),
     429: ("TooManyRequests", "Too many requests, please try again later."),
     500: ("InternalError", "Internal error occurred: injected fault"),
     503: ("ServiceUnavailable", "the server is currently unable to handle the request"),

@@ -8,9 +8,11 @@ Its single event payload::
      "message": str,
      "pods": [pod names],
      "replica_failures": [{"pod", "replica_type", "index", "container", "exit_code", "reason", "message",
-                           "restarts"}],
+                           "restarts", optional "source": "events", "count" (status counts only),
+                           "log" (why no log line could be read), "exit_code_unknown" (why)}],
      "log_tail": {pod: [last lines]},
-     "events": [recent Warning events]}
+     "events": [recent Warning events],
+     "notes": [what could not be read, e.g. "the rest of master-0's log could not be read: ..."]}
 
 The waiting itself is :class:`airflow_provider_training.waiting.JobWaiter`, the same code sync mode runs.
 """

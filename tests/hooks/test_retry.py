@@ -62,3 +62,60 @@ def test_status_error_text_names_code_reason_and_message():
     err = KubeApiError.from_response(404, body, {})
     assert str(err) == "Kubernetes API error 404 NotFound: x not found"
     assert err.status_body["reason"] == "NotFound"
+
+
+async def test_inside_a_wait_transient_failures_retry_past_the_attempts_until_the_deadline():
+    from datetime import UTC, datetime, timedelta
+
+    from airflow_provider_training.hooks.retry import retry_until
+
+    calls: list[int] = []
+
+    async def fn(attempt: int) -> str:
+        calls.append(attempt)
+        if attempt <= 10:
+            raise KubeApiError(429, headers={"Retry-After": "0"})
+        return "read"
+
+    policy = RetryPolicy(attempts=3, base_delay=0)
+    with retry_until(datetime.now(UTC) + timedelta(seconds=30)):
+        assert await policy.call(fn) == "read"
+    assert len(calls) == 11
+    calls.clear()
+    with retry_until(datetime.now(UTC) - timedelta(seconds=1)), pytest.raises(KubeApiError):
+        await policy.call(fn)  # the deadline passed: one attempt
+    assert calls == [1]
+    calls.clear()
+    with pytest.raises(KubeApiError):
+        await policy.call(fn)  # outside a wait: the policy's attempts
+    assert calls == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "expected"),
+    [
+        ("GET", "/api/v1/namespaces/default/pods", [], "list pods in namespace default"),
+        ("GET", "/api/v1/namespaces/default/pods", [("watch", "true")], "watch pods in namespace default"),
+        ("GET", "/api/v1/namespaces/default/pods/p/log", [], "get pods/log default/p"),
+        (
+            "GET",
+            "/apis/kubeflow.org/v1/namespaces/ns/pytorchjobs/j",
+            [],
+            "get pytorchjobs.kubeflow.org ns/j",
+        ),
+        (
+            "POST",
+            "/apis/kubeflow.org/v1/namespaces/ns/tfjobs",
+            [],
+            "create tfjobs.kubeflow.org in namespace ns",
+        ),
+        ("DELETE", "/apis/batch/v1/namespaces/ns/jobs/t", [], "delete jobs.batch ns/t"),
+    ],
+)
+def test_errors_name_the_request_as_rbac_does(method, path, query, expected):
+    from airflow_provider_training.hooks.transport import describe_request
+
+    assert describe_request(method, path, query) == expected
+    err = KubeApiError(403, "Forbidden", "denied")
+    err.request = expected
+    assert str(err) == f"{expected}: 403 Forbidden: denied"

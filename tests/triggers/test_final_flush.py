@@ -1,0 +1,138 @@
+"""No silent loss at the end of a wait: the final log read retries like every other read until the deadline,
+and what truly cannot be read (the pod is gone) is named in the task log.
+
+The test writes the job, its pod and the pod's log into a controller-less localkube and moves them on only
+when the wait has reached the point under test (the requests it sent say so): no step bets on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_training.kinds.base import PODS
+from airflow_provider_training.kinds.registry import get_kind
+from airflow_provider_training.waiting import JobWaiter, WaitOptions
+from tests.hooks.kube_env import cluster_and_hook, pod_manifest, rtype, set_pod_state, until
+
+pytestmark = pytest.mark.timeout(60)
+PYTORCH = get_kind("PyTorchJob")
+C = PYTORCH.default_container
+POD = "flushed-master-0"
+RETRIES = 8  # more failed reads in a row than the hook's policy has attempts (4)
+
+
+class TaskLog:
+    """The wait's task log."""
+
+    def __init__(self) -> None:
+        self.infos: list[str] = []
+        self.warnings: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.infos.append(message % args if args else message)
+
+    def warning(self, message: str, *args: object) -> None:
+        self.warnings.append(message % args if args else message)
+
+    error = exception = warning
+
+
+def condition(type_: str) -> dict:
+    return {"type": type_, "status": "True", "reason": f"PyTorchJob{type_}", "message": type_}
+
+
+def set_job(cluster, state: str) -> None:
+    counts = {"active": 1} if state == "Running" else {"succeeded": 1}
+    status = {"conditions": [condition("Created"), condition(state)], "replicaStatuses": {"Master": counts}}
+    cluster.store.update_status(rtype(cluster, PYTORCH.resource), "default", "flushed", status)
+
+
+def log_reads(cluster, since: int, *, follow: bool) -> list:
+    return [
+        r
+        for r in cluster.requests[since:]
+        if r.path.endswith(f"/{POD}/log") and (r.query.get("follow") == "true") == follow
+    ]
+
+
+def watch_open(cluster, since: int, plural: str) -> bool:
+    return any(
+        r.path.endswith(f"/{plural}") and r.query.get("watch") == "true" and r.status == 200
+        for r in cluster.requests[since:]
+    )
+
+
+async def streaming_then_cut(cluster, hook) -> tuple[asyncio.Task, TaskLog]:
+    """A wait streaming the master's first 10 lines, then its log stream cut and every re-read dropped."""
+    body = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "flushed"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}}},
+    }
+    cluster.store.create(rtype(cluster, PYTORCH.resource), "default", body)
+    set_job(cluster, "Running")
+    pod = pod_manifest(PYTORCH, "flushed", "Master", 0)
+    cluster.store.create(rtype(cluster, PODS), "default", pod)
+    set_pod_state(cluster, pod, "Running", "running")
+    cluster.logs.start_container("default", POD, C)
+    for i in range(1, 11):
+        cluster.logs.write("default", POD, C, f"line {i}\n")
+    task_log = TaskLog()
+    options = WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=50), poll_interval=0.1)
+    waiter = JobWaiter(hook, PYTORCH, "flushed", "default", options, task_log)
+    waiting = asyncio.create_task(waiter.wait())
+    await until(lambda: "[master-0] line 10" in task_log.infos)
+
+    cluster.faults.drop(count=None, path=r"/log$")
+    since = len(cluster.requests)
+    await cluster.faults.restart()  # the open log stream (and the watches) are cut
+    await until(lambda: bool(log_reads(cluster, since, follow=True)))  # the follower's re-open was dropped
+    await until(lambda: all(watch_open(cluster, since, p) for p in ("pods", "pytorchjobs")))
+    for i in range(11, 21):
+        cluster.logs.write("default", POD, C, f"line {i}\n")
+    return waiting, task_log
+
+
+def emitted(task_log: TaskLog) -> list[str]:
+    return [line for line in task_log.infos if line.startswith("[master-0] ")]
+
+
+async def test_the_final_read_retries_until_it_gets_every_line(tmp_path: Path, monkeypatch) -> None:
+    async with cluster_and_hook(tmp_path, monkeypatch) as (cluster, hook):
+        waiting, task_log = await streaming_then_cut(cluster, hook)
+        cluster.logs.close_container("default", POD, C)
+        pod = cluster.store.get(rtype(cluster, PODS), "default", POD)
+        set_pod_state(cluster, pod, "Succeeded", "terminated")
+        listing = cluster.faults.throttle(count=RETRIES, retry_after=0, method="GET", path=r"/pods$")
+        since = len(cluster.requests)
+        set_job(cluster, "Succeeded")  # the wait ends: its final flush meets the faults
+        await until(lambda: len(log_reads(cluster, since, follow=False)) >= RETRIES)
+        cluster.faults.clear()  # the API server recovers, long after the hook's attempts are used up
+        event = await waiting
+
+    assert event["status"] == "success"
+    assert listing.hits == RETRIES  # the flush's pod LIST was retried too
+    assert emitted(task_log) == [f"[master-0] line {i}" for i in range(1, 21)]  # each line once
+    assert not [w for w in task_log.warnings if "could not be read" in w]
+
+
+async def test_lines_of_a_deleted_pod_are_named_as_lost(tmp_path: Path, monkeypatch) -> None:
+    async with cluster_and_hook(tmp_path, monkeypatch) as (cluster, hook):
+        waiting, task_log = await streaming_then_cut(cluster, hook)
+        cluster.store.delete(rtype(cluster, PODS), "default", POD)  # cleanPodPolicy: All
+        cluster.logs.forget_pod("default", POD)
+        cluster.faults.clear()
+        set_job(cluster, "Succeeded")
+        event = await waiting
+
+    assert event["status"] == "success"
+    assert emitted(task_log) == [f"[master-0] line {i}" for i in range(1, 11)]
+    assert (
+        "PyTorchJob default/flushed: the rest of master-0's log could not be read: the pod was deleted"
+        in task_log.warnings
+    )
