@@ -5,11 +5,19 @@ Order of business in :meth:`JobSubmitter.submit`:
 1. ``task_state_store``: the identity an earlier try stored right after its create;
 2. the identity labels (dag/task/run/map index) for a try that died before storing it, or whose stored
    state was cleared;
-3. create; a 409 for an object carrying our identity labels is the same earlier job.
+3. create; a 409 for an object carrying our identity labels is a job another try just created.
 
-An earlier job is handled by ``action_if_job_exists``: ``reattach`` reuses it, except a *failed* one, which is
-deleted and submitted again (a retry is meant to run the work again); ``recreate`` always deletes and submits
-again; ``fail`` raises. A retry therefore never creates a second job next to the first.
+The earlier job found in 1 or 2 is handled by ``action_if_job_exists``: ``reattach`` reuses it, except a
+*failed* one, which is deleted and submitted again (a retry is meant to run the work again); ``recreate``
+always deletes and submits again; ``fail`` raises. A retry therefore never creates a second job next to the
+first.
+
+An earlier try may still be alive (waiting, or in its cleanup or ``on_kill``) while this one runs, so:
+every delete carries the uid it means (``preconditions.uid``: a same-named job created since is left
+alone); a job being deleted is waited out, bounded by its pods' grace periods plus ``DELETION_MARGIN``;
+a job of this task that appears after the earlier one was looked at belongs to another live try, and this
+try waits on it instead of creating or deleting anything. The log names the try that created a job (its
+``try-number`` annotation).
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ if TYPE_CHECKING:
     from airflow_provider_training.kinds.base import JobKind, JobStatus
 
 STATE_KEY = "training_job"
+# Seconds, beyond the pods' grace periods, that a job being deleted may take (controllers, the garbage
+# collector) before a try that waits to submit again gives up with a message naming what holds it.
+DELETION_MARGIN = 30.0
+# A try settles in a few rounds (delete, wait, create, meet another try's job); more means a fight.
+MAX_ROUNDS = 4
 
 
 class JobExistsFailure(AirflowException):
@@ -99,25 +112,13 @@ class JobSubmitter:
 
     def submit(self, kind: JobKind, body: dict[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
         """Reattach to, replace or create the job (see the module docstring); returns the live object."""
-        from airflow_provider_training.hooks.errors import JobExistsError
-
         identity = naming.TaskIdentity.from_context(context)
         store = context["task_state_store"]
         with self.hook() as hook:
             meta = body["metadata"]
             meta["namespace"] = meta.get("namespace") or hook.get_namespace()
-            previous = self._previous(hook, kind, meta["namespace"], identity, store)
-            if previous is None:
-                try:
-                    return self._create(hook, kind, body, store)
-                except JobExistsError as exc:
-                    previous = exc.existing or hook.get_job(kind, meta["name"], meta["namespace"])
-                    if previous is None or not identity.owns(previous):
-                        raise JobExistsFailure(
-                            f"{exc}; it was not created by this task (its identity labels differ). "
-                            "Choose another job_name, or delete it."
-                        ) from exc
-            return self._handle_previous(hook, kind, body, previous, store)
+            earlier = self._previous(hook, kind, meta["namespace"], identity, store)
+            return self._settle(hook, kind, body, identity, store, earlier)
 
     def _previous(
         self, hook: TrainingJobHook, kind: JobKind, namespace: str, identity: naming.TaskIdentity, store: Any
@@ -141,30 +142,108 @@ class JobSubmitter:
         jobs.sort(key=lambda j: str((j.get("metadata") or {}).get("creationTimestamp", "")))
         return jobs[-1] if jobs else None
 
-    def _handle_previous(
-        self, hook: TrainingJobHook, kind: JobKind, body: dict[str, Any], previous: dict[str, Any], store: Any
+    def _settle(
+        self,
+        hook: TrainingJobHook,
+        kind: JobKind,
+        body: dict[str, Any],
+        identity: naming.TaskIdentity,
+        store: Any,
+        earlier: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        meta = previous["metadata"]
-        label = f"{kind.kind} {meta['namespace']}/{meta['name']}"
-        if self.action == "fail":
-            raise JobExistsFailure(f"{label} exists from an earlier try and action_if_job_exists='fail'")
+        """Only ``earlier`` (found before anything was sent) is subject to ``action_if_job_exists``; a job of
+        this task that appears later was created by another live try: this try waits on it, never deletes it.
+        A job being deleted is waited out (:meth:`_wait_gone`) before creating."""
+        from airflow_provider_training.hooks.errors import JobExistsError
+
+        meta = body["metadata"]
+        decided = _uid(earlier)
+        job = earlier
+        for _ in range(MAX_ROUNDS):
+            if job is None:
+                try:
+                    return self._create(hook, kind, body, store)
+                except JobExistsError as exc:
+                    job = exc.existing or hook.get_job(kind, meta["name"], meta["namespace"])
+                    if job is not None and not identity.owns(job):
+                        raise JobExistsFailure(
+                            f"{exc}; it was not created by this task (its identity labels differ). "
+                            "Choose another job_name, or delete it."
+                        ) from exc
+                    if job is None:
+                        continue  # gone again meanwhile: create again
+            if _uid(job) == decided and self.action == "fail":
+                raise JobExistsFailure(
+                    f"{_label(kind, job)} exists from an earlier try ({_creator(job)}) and "
+                    "action_if_job_exists='fail'"
+                )
+            if _terminating(job):
+                self._wait_gone(hook, kind, job, False)
+                job = None
+                continue
+            if _uid(job) != decided:
+                self.log.info(
+                    "%s was created by another live try (%s) while this try (%d) was submitting; "
+                    "waiting on it instead of creating another",
+                    _label(kind, job),
+                    _creator(job),
+                    identity.try_number,
+                )
+                _remember(store, self.reference(kind, job))
+                return job
+            if self._reuses(hook, kind, job):
+                _remember(store, self.reference(kind, job))
+                return job
+            if hook.delete_job(kind, job["metadata"]["name"], job["metadata"]["namespace"], uid=decided):
+                self._wait_gone(hook, kind, job, True)
+            decided, job = None, None  # gone, or another try's by now (the create meets it: 409)
+            if meta["name"] != (earlier or {}).get("metadata", {}).get("name"):
+                self.log.info("Submitting under the new name %s", meta["name"])
+        raise AirflowException(
+            f"{kind.kind} {meta['namespace']}/{meta['name']}: other tries kept creating and deleting it; "
+            f"gave up after {MAX_ROUNDS} rounds"
+        )
+
+    def _reuses(self, hook: TrainingJobHook, kind: JobKind, job: dict[str, Any]) -> bool:
+        """Whether the earlier try's job is kept (``reattach`` and not Failed); logs the decision."""
+        label = f"{_label(kind, job)} ({_creator(job)})"
         if self.action == "reattach":
-            status = self.status(hook, kind, previous)
+            status = self.status(hook, kind, job)
             if status.state.value != "Failed":
                 self.log.info("Reattaching to %s (state %s)", label, status.state.value)
-                _remember(store, self.reference(kind, previous))
-                return previous
+                return True
             self.log.info(
                 "The earlier %s failed (%s); deleting it and submitting again", label, status.reason
             )
         else:
             self.log.info("Deleting the earlier %s (action_if_job_exists='recreate')", label)
-        hook.delete_job(kind, meta["name"], meta["namespace"])
-        if not hook.wait_job_deleted(kind, meta["name"], meta["namespace"]):
-            raise AirflowException(f"{label} is still being deleted; cannot submit it again yet")
-        if body["metadata"]["name"] != meta["name"] or body["metadata"]["namespace"] != meta["namespace"]:
-            self.log.info("Submitting under the new name %s", body["metadata"]["name"])
-        return self._create(hook, kind, body, store)
+        return False
+
+    def _wait_gone(self, hook: TrainingJobHook, kind: JobKind, job: dict[str, Any], ours: bool) -> None:
+        """Wait until this object (by uid) is gone, at most the longest grace period of its pods plus
+        ``DELETION_MARGIN`` seconds (for controllers and the garbage collector)."""
+        meta = job["metadata"]
+        pods = hook.list_job_pods(kind, meta["name"], meta["namespace"])
+        timeout = max((_grace_period(pod) for pod in pods), default=0.0) + DELETION_MARGIN
+        who = "this try" if ours else "an earlier try's cleanup or a user"
+        self.log.info(
+            "Waiting up to %g s for %s (uid %s), deleted by %s, to be gone",
+            timeout,
+            _label(kind, job),
+            meta["uid"],
+            who,
+        )
+        if hook.wait_job_deleted(kind, meta["name"], meta["namespace"], timeout=timeout, uid=meta["uid"]):
+            return
+        now = hook.get_job(kind, meta["name"], meta["namespace"]) or job
+        finalizers = (now.get("metadata") or {}).get("finalizers") or []
+        left = len(hook.list_job_pods(kind, meta["name"], meta["namespace"]))
+        raise AirflowException(
+            f"{_label(kind, job)} (uid {meta['uid']}) is still being deleted {timeout:g} s after this try "
+            f"began waiting (deleted by {who}; finalizers: {', '.join(finalizers) or 'none'}; {left} pod(s) "
+            "left), so it cannot be submitted again yet. A finalizer no controller removes keeps it "
+            "forever: check the controllers it names, or remove it; a retry resumes from here."
+        )
 
     def _create(
         self, hook: TrainingJobHook, kind: JobKind, body: dict[str, Any], store: Any
@@ -220,9 +299,37 @@ class JobSubmitter:
             status = self.status(hook, kind, job)
         return {"status": "success", "job": dict(ref), "job_status": status.to_dict(), "pods": []}
 
-    def delete(self, kind: JobKind, name: str, namespace: str) -> bool:
+    def delete(self, kind: JobKind, name: str, namespace: str, uid: str | None = None) -> bool:
+        """Delete the job; with ``uid`` only that object (not another try's job of the same name)."""
         with self.hook() as hook:
-            return hook.delete_job(kind, name, namespace)
+            return hook.delete_job(kind, name, namespace, uid=uid)
+
+
+def _uid(job: Mapping[str, Any] | None) -> str | None:
+    return ((job or {}).get("metadata") or {}).get("uid")
+
+
+def _label(kind: JobKind, job: Mapping[str, Any]) -> str:
+    meta = job.get("metadata") or {}
+    return f"{kind.kind} {meta.get('namespace')}/{meta.get('name')}"
+
+
+def _creator(job: Mapping[str, Any]) -> str:
+    """Which try created the job, from its try-number annotation: "created by try 2"."""
+    number = ((job.get("metadata") or {}).get("annotations") or {}).get(naming.TRY_NUMBER)
+    return f"created by try {number}" if number else "creator unknown"
+
+
+def _terminating(job: Mapping[str, Any]) -> bool:
+    return bool((job.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _grace_period(pod: Mapping[str, Any]) -> float:
+    """How long the kubelet may take to stop the pod: its deletion grace period, else its spec's (30 s)."""
+    seconds = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+    if seconds is None:
+        seconds = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return float(30 if seconds is None else seconds)
 
 
 def _remember(store: Any, ref: Mapping[str, Any]) -> None:

@@ -191,12 +191,21 @@ class AsyncTrainingJobHook:
         return await self._call("GET", collection_path(resource, namespace), query=query)
 
     async def delete_object(
-        self, resource: ResourceRef, name: str, namespace: str, *, propagation_policy: str | None = None
+        self,
+        resource: ResourceRef,
+        name: str,
+        namespace: str,
+        *,
+        propagation_policy: str | None = None,
+        uid: str | None = None,
     ) -> bool:
-        """Delete; ``False`` when it was already gone."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        """Delete; ``False`` when it was already gone. With ``uid`` (a precondition), an object of that name
+        with another uid is left alone: the server answers 409 Conflict, raised as :class:`KubeApiError`."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation_policy:
             body["propagationPolicy"] = propagation_policy
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
             await self._call("DELETE", object_path(resource, namespace, name), body=body)
         except KubeApiError as err:
@@ -277,17 +286,29 @@ class AsyncTrainingJobHook:
         return await self._call("PATCH", path, body=dict(patch), content_type=MERGE_PATCH)
 
     async def delete_job(
-        self, kind: JobKind, name: str, namespace: str, *, propagation_policy: str = DEFAULT_PROPAGATION
+        self,
+        kind: JobKind,
+        name: str,
+        namespace: str,
+        *,
+        propagation_policy: str = DEFAULT_PROPAGATION,
+        uid: str | None = None,
     ) -> bool:
-        """Delete the job and its ``delete_on_cleanup`` children; ``False`` if the job was already gone.
+        """Delete the job and its ``delete_on_cleanup`` children; ``False`` if the job was already gone, or,
+        given ``uid``, if that name is now another object (another try's job): it and its children stay.
 
         Children go in the order the kind lists them (controllers before their pods, so no ReplicaSet or
         Job recreates a pod just deleted), named ones by name, the others found by selector. They are
         deleted even when the job itself was gone, so a second cleanup removes what the first left.
         """
-        existed = await self.delete_object(
-            kind.resource, name, namespace, propagation_policy=propagation_policy
-        )
+        try:
+            existed = await self.delete_object(
+                kind.resource, name, namespace, propagation_policy=propagation_policy, uid=uid
+            )
+        except KubeApiError as err:
+            if uid and err.status == 409:  # "Precondition failed: UID in precondition: ..."
+                return False
+            raise
         done: set[tuple[str, str]] = set()
         for child in kind.children:
             if not child.delete_on_cleanup:
@@ -305,12 +326,20 @@ class AsyncTrainingJobHook:
         return existed
 
     async def wait_job_deleted(
-        self, kind: JobKind, name: str, namespace: str, *, timeout: float = 120.0, interval: float = 0.5
+        self,
+        kind: JobKind,
+        name: str,
+        namespace: str,
+        *,
+        timeout: float = 120.0,
+        interval: float = 0.5,
+        uid: str | None = None,
     ) -> bool:
-        """Wait until the job no longer exists (foreground deletion takes a while); ``False`` on timeout."""
+        """Wait until the job (given ``uid``: that object) no longer exists (foreground deletion takes a
+        while); ``False`` on timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while await self.get_job(kind, name, namespace) is not None:
+        while (job := await self.get_job(kind, name, namespace)) is not None and uid in (None, _uid(job)):
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(interval)
@@ -497,6 +526,10 @@ def _carries(existing: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _uid(obj: Mapping[str, Any]) -> str | None:
+    return (obj.get("metadata") or {}).get("uid")
 
 
 def _merge_into(merged: list[dict[str, Any]], items: list[dict[str, Any]]) -> None:

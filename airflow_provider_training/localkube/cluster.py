@@ -139,6 +139,7 @@ class LocalKube:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         self.faults.restart_hook = None
+        self.faults.open_gates()
         self.faults.end_watches()
         if self._runner is not None:
             await self._runner.cleanup()

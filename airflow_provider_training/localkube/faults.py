@@ -1,5 +1,5 @@
 """Programmable faults: throttling, server errors, RBAC denials (403), dropped connections, latency, expired
-or ended watches.
+or ended watches, and gates that hold requests until a test opens them.
 
 Rules match requests by method, path regex and resource plural; each answers `count` matching requests
 (None = all of them) and then expires. Thread-safe: tests program them from any thread.
@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-ACTIONS = ("status", "drop", "latency", "expire_watch", "end_watch")
+ACTIONS = ("status", "drop", "latency", "expire_watch", "end_watch", "hold")
 _STATUS_TEXT = {
     403: ("Forbidden", 'forbidden: User "system:serviceaccount:default:airflow" cannot access this resource'),
     429: ("TooManyRequests", "Too many requests, please try again later."),
@@ -42,7 +42,7 @@ def is_watch(query: Any) -> bool:
 class FaultRule:
     """One fault. `action`: status (answer with `code`), drop (close the connection), latency (wait
     `seconds`, then serve), expire_watch (the watch gets one ERROR 410 event), end_watch (the watch ends
-    after `seconds`)."""
+    after `seconds`), hold (wait at the gate named `gate` until it is opened, then serve)."""
 
     action: str
     code: int = 0
@@ -52,6 +52,7 @@ class FaultRule:
     resource: str | None = None
     retry_after: int = 1
     seconds: float = 0.0
+    gate: str = ""
     hits: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
@@ -59,6 +60,8 @@ class FaultRule:
             raise ValueError(f"unknown fault action {self.action!r}; one of {', '.join(ACTIONS)}")
         if self.action == "status" and self.code not in _STATUS_TEXT:
             raise ValueError(f"status faults answer one of {sorted(_STATUS_TEXT)}, not {self.code}")
+        if self.action == "hold" and not self.gate:
+            raise ValueError("a hold fault names its gate")
 
     def matches(self, method: str, path: str, watch: bool) -> bool:
         if self.action in ("expire_watch", "end_watch") and not watch:
@@ -82,6 +85,33 @@ class FaultRule:
         return asdict(self)
 
 
+class Gate:
+    """Where held requests wait: a test sees them arrive (`wait_reached`) and lets them through (`open`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.arrived: list[tuple[str, str]] = []  # (method, path) of each request held here
+        self._reached = threading.Event()
+        self._opened = threading.Event()
+
+    def wait_reached(self, timeout: float = 20.0) -> bool:
+        """Block until a request waits at the gate (a synchronisation helper, True once one does)."""
+        return self._reached.wait(timeout)
+
+    def open(self) -> None:
+        self._opened.set()
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened.is_set()
+
+    async def pass_through(self, method: str, path: str) -> None:
+        self.arrived.append((method, path))
+        self._reached.set()
+        while not self._opened.is_set():
+            await asyncio.sleep(0.005)
+
+
 # where the middleware leaves watch rules for the watch handler
 EXPIRE_WATCH = web.RequestKey("expire_watch", FaultRule)
 END_WATCH = web.RequestKey("end_watch", FaultRule)
@@ -95,6 +125,7 @@ class Faults:
         self._rules: list[FaultRule] = []
         self._watch_closers: dict[int, Callable[[], None]] = {}
         self._next_watch = 0
+        self._gates: dict[str, Gate] = {}
         self.restart_hook: Callable[[], Any] | None = None
 
     # -- programming ---------------------------------------------------------------------------------------
@@ -125,6 +156,21 @@ class Faults:
         """The next `count` matching watches end (without a bookmark) after `seconds`."""
         return self.add(FaultRule("end_watch", seconds=seconds, count=count, **match))
 
+    def hold(self, gate: str, count: int | None = 1, **match: Any) -> Gate:
+        """Hold the next `count` matching requests at the gate `gate` (before they are served)."""
+        self.add(FaultRule("hold", count=count, gate=gate, **match))
+        return self.gate(gate)
+
+    def gate(self, name: str) -> Gate:
+        with self._lock:
+            return self._gates.setdefault(name, Gate(name))
+
+    def open_gates(self) -> None:
+        with self._lock:
+            gates = list(self._gates.values())
+        for gate in gates:
+            gate.open()
+
     def end_watches(self) -> int:
         """End every open watch stream now, as a server does at its own timeout. Returns how many."""
         with self._lock:
@@ -140,8 +186,10 @@ class Faults:
         return self.restart_hook()
 
     def clear(self) -> None:
+        """Drop every rule and let every held request through."""
         with self._lock:
             self._rules.clear()
+        self.open_gates()
 
     def rules(self) -> list[FaultRule]:
         with self._lock:
@@ -207,6 +255,8 @@ def faults_middleware(faults: Faults) -> Callable[..., Awaitable[web.StreamRespo
         for rule in faults.take(request.method, request.path, is_watch(request.query)):
             if rule.action == "latency":
                 await asyncio.sleep(rule.seconds)
+            elif rule.action == "hold":
+                await faults.gate(rule.gate).pass_through(request.method, request.path)
             elif rule.action == "status":
                 return status_response(rule)
             elif rule.action == "drop":

@@ -245,8 +245,8 @@ class _Api:
             return json_response(patched)
         if request.method == "DELETE" and subresource is None:
             options = await self._body(request, optional=True)
-            _check_preconditions(rt, self.store.get(rt, namespace, name), options)
-            deleted = self.store.delete(rt, namespace, name, _policy(request.query, options))
+            preconditions = options.get("preconditions") or {}
+            deleted = self.store.delete(rt, namespace, name, _policy(request.query, options), preconditions)
             # the real server answers 202 only for a kept object whose request set orphanDependents=false
             accepted = options.get("orphanDependents") is False and _exists(self, rt, namespace, name)
             return json_response(deleted, 202 if accepted else 200)
@@ -365,8 +365,8 @@ class _Api:
 
     # -- admin ---------------------------------------------------------------------------------------------
     async def admin(self, request: web.Request) -> web.Response:
-        """`/localkube/faults` (GET list, POST add, DELETE clear), `/localkube/end-watches`,
-        `/localkube/restart`, `/localkube/requests`."""
+        """`/localkube/faults` (GET list, POST add, DELETE clear), `/localkube/gates/{name}` (POST opens),
+        `/localkube/end-watches`, `/localkube/restart`, `/localkube/requests`."""
         what = request.match_info["tail"].strip("/")
         faults = self.cluster.faults
         if what == "faults" and request.method == "POST":
@@ -380,6 +380,9 @@ class _Api:
             return json_response({"cleared": True})
         if what == "faults":
             return json_response([rule.to_dict() for rule in faults.rules()])
+        if what.startswith("gates/") and request.method == "POST":  # open a gate of hold faults
+            faults.gate(what.removeprefix("gates/")).open()
+            return json_response({"opened": what.removeprefix("gates/")})
         if what == "end-watches" and request.method == "POST":
             return json_response({"ended": faults.end_watches()})
         if what == "restart" and request.method == "POST":
@@ -408,16 +411,3 @@ def _policy(query: Any, options: dict) -> str | None:
         or options.get("propagationPolicy")
         or ("Orphan" if options.get("orphanDependents") is True else None)
     )
-
-
-def _check_preconditions(rt: ResourceType, current: dict, options: dict) -> None:
-    wanted = (options.get("preconditions") or {}).get("uid")
-    if wanted and wanted != current["metadata"]["uid"]:
-        name = current["metadata"]["name"]
-        raise ApiError(
-            409,
-            "Conflict",
-            f'Operation cannot be fulfilled on {rt.key} "{name}": Precondition failed: '
-            f"UID in precondition: {wanted}, UID in object meta: {current['metadata']['uid']}",
-            {"name": name, "group": rt.group, "kind": rt.plural},
-        )

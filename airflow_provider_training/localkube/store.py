@@ -443,13 +443,21 @@ class Store:
 
     # -- delete and garbage collection ---------------------------------------------------------------------
     def delete(
-        self, rt: ResourceType, namespace: str, name: str, propagation_policy: str | None = None
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        propagation_policy: str | None = None,
+        preconditions: dict | None = None,
     ) -> dict:
+        """Delete (DeleteOptions `preconditions` `uid`/`resourceVersion` checked atomically: 409 Conflict)."""
         policy = propagation_policy or "Background"
         if policy not in ("Background", "Foreground", "Orphan"):
             raise ApiError.bad_request(f'propagationPolicy: Unsupported value: "{policy}"')
         with self._lock:
-            return clone(self._delete(rt, self._raw(rt, namespace, name), policy))
+            current = self._raw(rt, namespace, name)
+            _check_preconditions(rt, current, preconditions or {})
+            return clone(self._delete(rt, current, policy))
 
     def delete_collection(
         self,
@@ -606,3 +614,18 @@ class Store:
 def _spec_of(rt: ResourceType, obj: dict) -> dict:
     """What generation tracks: everything but metadata, and status when it is a subresource."""
     return {k: v for k, v in obj.items() if k != "metadata" and not (k == "status" and rt.has_status)}
+
+
+def _check_preconditions(rt: ResourceType, current: dict, preconditions: dict) -> None:
+    """What the real server answers when a delete's precondition does not hold."""
+    meta = current["metadata"]
+    for key, field_name in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        wanted = preconditions.get(key)
+        if wanted and str(wanted) != meta[key]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rt.key} "{meta["name"]}": Precondition failed: '
+                f"{field_name} in precondition: {wanted}, {field_name} in object meta: {meta[key]}",
+                {"name": meta["name"], "group": rt.group, "kind": rt.plural},
+            )

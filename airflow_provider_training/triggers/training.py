@@ -151,13 +151,13 @@ class TrainingJobTrigger(BaseTrigger):
             return
         hook = self._hook()
         try:
-            deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace)
+            deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
             self.log.info(
                 "%s %s/%s %s",
                 self.kind,
                 self.namespace,
                 self.job_name,
-                "deleted" if deleted else "was already gone",
+                "deleted" if deleted else "was already gone (or is another try's job now)",
             )
         finally:
             await hook.close()
