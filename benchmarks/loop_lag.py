@@ -274,7 +274,12 @@ def prepare(scenario: str, args: argparse.Namespace, cluster: Cluster) -> tuple[
     return [name], args.lines
 
 
-WARM_UP = "import airflow.jobs.triggerer_job_runner, aiohttp, kubernetes_asyncio.client, kubernetes_asyncio.config"
+WARM_UP = (
+    "airflow.jobs.triggerer_job_runner",
+    "aiohttp",
+    "kubernetes_asyncio.client",
+    "kubernetes_asyncio.config",
+)
 
 
 def child_env(tmp: str, code: Path | None, conn_json: str = "") -> dict[str, str]:
@@ -294,7 +299,7 @@ def warm_up(code: Path | None) -> None:
     """Compile the bytecode the children import (a deployment has it), so no run pays for compiling."""
     with tempfile.TemporaryDirectory(prefix="loop-lag-") as tmp:
         env = child_env(tmp, code)
-        subprocess.run([sys.executable, "-c", WARM_UP], env=env, check=True)
+        subprocess.run([sys.executable, "-c", "import " + ", ".join(WARM_UP)], env=env, check=True)
         package = (code or REPO) / "airflow_provider_training"
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], env=env, check=True)
 
