@@ -133,6 +133,7 @@ async def _run_triggers(args: argparse.Namespace, counter: CountingLog) -> dict[
     probe.start()
     await asyncio.sleep(0.2)  # the probe's baseline: an idle loop
     runner = TriggerRunner()
+    fresh = not any(name in sys.modules for name in ("aiohttp", "kubernetes_asyncio"))
     started = time.perf_counter()
     tasks = []
     for trigger_id, name in enumerate(args.names):  # as TriggerRunner.create_triggers does
@@ -173,6 +174,7 @@ async def _run_triggers(args: argparse.Namespace, counter: CountingLog) -> dict[
     worst = sorted(range(len(probe.lags)), key=probe.lags.__getitem__)[-5:]
     return {
         "lags": probe.lags,
+        "fresh": fresh,  # neither aiohttp nor the Kubernetes client was imported before the triggers ran
         "worst": [(round(probe.at[i] - started, 3), round(probe.lags[i], 3)) for i in reversed(worst)],
         "events": statuses,
         "lines": counter.count,
@@ -189,9 +191,15 @@ def child(args: argparse.Namespace) -> None:
     _configure_trigger_runner_logging(counter)
     slow = SlowSteps()
     logging.getLogger("asyncio").addHandler(slow)
-    result = asyncio.run(_run_triggers(args, counter))
+    if args.profile:  # cProfile of the loop's thread (the import and TLS threads are not in it)
+        import cProfile
+
+        with cProfile.Profile() as profile:
+            result = asyncio.run(_run_triggers(args, counter))
+        profile.dump_stats(args.profile)
+    else:
+        result = asyncio.run(_run_triggers(args, counter))
     result["slow_steps"] = slow.steps
-    result["preloaded"] = sorted(m for m in ("aiohttp", "kubernetes_asyncio") if m in sys.modules)
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -256,22 +264,35 @@ class Cluster:
         self.kube.stop_thread()
 
 
+LINES_PER_JOB = 20
+
+
+def start_jobs(cluster: Cluster, jobs: int, seconds: float) -> tuple[list[str], int]:
+    """``jobs`` running jobs whose masters end, one after another, ``seconds`` to twice that from now;
+    (their names, the log lines their triggers log in all)."""
+    names = [f"start-{i:03d}" for i in range(jobs)]
+    for i, name in enumerate(names):
+        lines = [f"{name} {_log_line(j)}" for j in range(LINES_PER_JOB)]
+        cluster.create(name, _master_script(seconds * (1 + i / max(jobs - 1, 1)), lines))
+    cluster.wait_for("the masters' first lines", lambda: all(cluster.log_length(n) for n in names))
+    return names, LINES_PER_JOB * jobs
+
+
+def backlog_job(cluster: Cluster, lines: int, *, running: bool) -> str:
+    """A job whose master wrote ``lines`` lines, and runs on (``running``) or succeeded."""
+    name = f"{BACKLOG_JOB}-{'running' if running else 'finished'}"
+    cluster.create(name, _master_script(None if running else 0.0, [_log_line(i) for i in range(lines)]))
+    cluster.wait_for("the backlog", lambda: cluster.log_length(name) >= lines)
+    if not running:
+        cluster.wait_for("the job's success", lambda: cluster.succeeded(name))
+    return name
+
+
 def prepare(scenario: str, args: argparse.Namespace, cluster: Cluster) -> tuple[list[str], int]:
     """Create the scenario's jobs; (job names, the replica log lines the triggers must log in all)."""
     if scenario == "start":
-        names = [f"start-{i:03d}" for i in range(args.jobs)]
-        for i, name in enumerate(names):
-            seconds = 10.0 + 10.0 * i / max(args.jobs - 1, 1)
-            cluster.create(name, _master_script(seconds, [f"{name} {_log_line(j)}" for j in range(20)]))
-        cluster.wait_for("the masters' first lines", lambda: all(cluster.log_length(n) for n in names))
-        return names, 20 * args.jobs
-    name = f"{BACKLOG_JOB}-{scenario}"
-    lines = [_log_line(i) for i in range(args.lines)]
-    cluster.create(name, _master_script(None if scenario == "running" else 0.0, lines))
-    cluster.wait_for("the backlog", lambda: cluster.log_length(name) >= args.lines)
-    if scenario == "finished":
-        cluster.wait_for("the job's success", lambda: cluster.succeeded(name))
-    return [name], args.lines
+        return start_jobs(cluster, args.jobs, 10.0)
+    return [backlog_job(cluster, args.lines, running=scenario == "running")], args.lines
 
 
 WARM_UP = (
@@ -305,16 +326,25 @@ def warm_up(code: Path | None) -> None:
 
 
 def run_child(
-    names: list[str], lines: int, cancel: bool, cluster: Cluster, args: argparse.Namespace, code: Path | None
+    names: list[str],
+    lines: int,
+    cluster: Cluster,
+    *,
+    cancel: bool = False,
+    code: Path | None = None,
+    timeout: float = 300.0,
+    debug_slow: float | None = None,
 ) -> dict[str, Any]:
+    """Run triggers for ``names`` in a fresh interpreter (``code``: another checkout's package) and return
+    what it measured; ``cancel``: once ``lines`` replica lines are logged, cancel the triggers."""
     with tempfile.TemporaryDirectory(prefix="loop-lag-") as tmp:
         env = child_env(tmp, code, cluster.conn_json)
         command = [sys.executable, __file__, "child", "--log-file", str(Path(tmp) / "triggers.log")]
-        command += ["--expected-lines", str(lines), "--timeout", str(args.timeout)]
+        command += ["--expected-lines", str(lines), "--timeout", str(timeout)]
         if cancel:
             command.append("--cancel-after-lines")
-        if args.debug_slow is not None:
-            command += ["--debug-slow", str(args.debug_slow)]
+        if debug_slow is not None:
+            command += ["--debug-slow", str(debug_slow)]
         done = subprocess.run([*command, *names], env=env, capture_output=True, text=True, check=False)
     found = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not found:
@@ -388,7 +418,15 @@ def main() -> None:
                     cluster = Cluster(Path(tmp))
                     try:
                         names, lines = prepare(scenario, args, cluster)
-                        result = run_child(names, lines, scenario == "running", cluster, args, path)
+                        result = run_child(
+                            names,
+                            lines,
+                            cluster,
+                            cancel=scenario == "running",
+                            code=path,
+                            timeout=args.timeout,
+                            debug_slow=args.debug_slow,
+                        )
                     finally:
                         cluster.stop()
                 rows.append(report_row(code, scenario, args, result))
@@ -409,6 +447,7 @@ if __name__ == "__main__":
         child_parser.add_argument("--timeout", type=float, required=True)
         child_parser.add_argument("--cancel-after-lines", action="store_true")
         child_parser.add_argument("--debug-slow", type=float)
+        child_parser.add_argument("--profile", help="write the loop thread's cProfile stats here")
         child_parser.add_argument("names", nargs="+")
         child(child_parser.parse_args())
     else:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
+from airflow_provider_training.hooks.connection import file_version
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.kinds.base import ResourceRef
 from airflow_provider_training.offloop import once_in_thread
@@ -214,18 +214,11 @@ async def shared_ssl_context(configuration: Configuration) -> ssl.SSLContext:
     key = (
         "ssl",
         *files,
-        *map(_mtime, files),
+        *map(file_version, files),
         bool(cfg.verify_ssl),
         bool(cfg.disable_strict_ssl_verification),
     )
     return await once_in_thread(key, lambda: _ssl_context(cfg))
-
-
-def _mtime(path: str | None) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns if path else None
-    except OSError:
-        return None  # building the context reports the missing file
 
 
 def _ssl_context(cfg: Configuration) -> ssl.SSLContext:
