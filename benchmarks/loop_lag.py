@@ -101,6 +101,32 @@ class CountingLog(io.FileIO):
         return super().write(data)
 
 
+class StepClock:
+    """Times every step the loop runs (a callback, or a task's run up to its next ``await`` that suspends) in
+    the loop thread's CPU time: what a step computes, whatever the machine's load adds to its wall time."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.longest = 0.0
+        self.over: list[str] = []  # the steps that computed for more than ``limit`` seconds
+
+    def install(self) -> None:
+        run = asyncio.events.Handle._run
+        clock = self
+
+        def timed(handle: asyncio.Handle) -> None:
+            began = time.thread_time()
+            try:
+                run(handle)
+            finally:
+                spent = time.thread_time() - began
+                clock.longest = max(clock.longest, spent)
+                if spent > clock.limit:
+                    clock.over.append(f"{str(handle)[:240]} computed {spent:.3f} s")
+
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+
+
 class SlowSteps(logging.Handler):
     """Collects asyncio debug mode's warnings "Executing <handle> took N seconds" (a step over the limit)."""
 
@@ -191,6 +217,8 @@ def child(args: argparse.Namespace) -> None:
     _configure_trigger_runner_logging(counter)
     slow = SlowSteps()
     logging.getLogger("asyncio").addHandler(slow)
+    clock = StepClock(args.step_limit)
+    clock.install()
     if args.profile:  # cProfile of the loop's thread (the import and TLS threads are not in it)
         import cProfile
 
@@ -200,6 +228,8 @@ def child(args: argparse.Namespace) -> None:
     else:
         result = asyncio.run(_run_triggers(args, counter))
     result["slow_steps"] = slow.steps
+    result["longest_step"] = clock.longest
+    result["steps_over_limit"] = clock.over
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -334,6 +364,7 @@ def run_child(
     code: Path | None = None,
     timeout: float = 300.0,
     debug_slow: float | None = None,
+    step_limit: float = 1.0,
 ) -> dict[str, Any]:
     """Run triggers for ``names`` in a fresh interpreter (``code``: another checkout's package) and return
     what it measured; ``cancel``: once ``lines`` replica lines are logged, cancel the triggers."""
@@ -343,6 +374,7 @@ def run_child(
         command += ["--expected-lines", str(lines), "--timeout", str(timeout)]
         if cancel:
             command.append("--cancel-after-lines")
+        command += ["--step-limit", str(step_limit)]
         if debug_slow is not None:
             command += ["--debug-slow", str(debug_slow)]
         done = subprocess.run([*command, *names], env=env, capture_output=True, text=True, check=False)
@@ -386,7 +418,7 @@ def report_row(code: str, scenario: str, args: argparse.Namespace, result: dict[
     return (
         f"{code:<9} {describe(scenario, args):<34} {max(lags) * 1000:>8.0f} "
         f"{percentile(lags, 0.99) * 1000:>7.1f} {statistics.median(lags) * 1000:>7.2f} {len(lags):>6} "
-        f"{result['lines']:>7}{per_line:>9}  {events}"
+        f"{result['longest_step'] * 1000:>8.0f} {result['lines']:>7}{per_line:>9}  {events}"
     )
 
 
@@ -404,7 +436,8 @@ def main() -> None:
     scenarios = args.scenario or ["start", "running", "finished"]
     logging.basicConfig(level=logging.WARNING)
     header = (
-        f"{'code':<9} {'scenario':<34} {'max ms':>8} {'p99 ms':>7} {'med ms':>7} {'n':>6} {'lines':>7} "
+        f"{'code':<9} {'scenario':<34} {'max ms':>8} {'p99 ms':>7} {'med ms':>7} {'n':>6} {'step ms':>8} "
+        f"{'lines':>7} "
         f"{'us/line':>8}  events"
     )
     rows = [header, "-" * len(header)]
@@ -432,7 +465,7 @@ def main() -> None:
                 rows.append(report_row(code, scenario, args, result))
                 print(rows[-1], flush=True)
                 print(f"    worst lags (s after the first trigger, lag s): {result['worst']}", flush=True)
-                for step in result["slow_steps"]:
+                for step in result["steps_over_limit"] + result["slow_steps"]:
                     print(f"    slow step: {step}", flush=True)
     print()
     print("\n".join(rows))
@@ -447,6 +480,7 @@ if __name__ == "__main__":
         child_parser.add_argument("--timeout", type=float, required=True)
         child_parser.add_argument("--cancel-after-lines", action="store_true")
         child_parser.add_argument("--debug-slow", type=float)
+        child_parser.add_argument("--step-limit", type=float, default=1.0, help="report steps over (s CPU)")
         child_parser.add_argument("--profile", help="write the loop thread's cProfile stats here")
         child_parser.add_argument("names", nargs="+")
         child(child_parser.parse_args())

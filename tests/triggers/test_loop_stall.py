@@ -1,8 +1,9 @@
 """No step of a TrainingJobTrigger holds the triggerer's event loop for more than 1 s (issue 8, point 5).
 
 Each case runs the triggers in a fresh interpreter set up as a triggerer's trigger runner (the scenario code
-of ``benchmarks/loop_lag.py``, which measures the same with a loop-lag probe), in asyncio debug mode: every
-step (callback or task step) that runs longer than 1 s is reported, and the test fails on any. The first
+of ``benchmarks/loop_lag.py``, which also measures the loop's lag with a probe). Every step the loop runs (a
+callback, or a task's run between two suspensions) is timed in the loop thread's CPU time, so that the
+machine's load does not count, and the test fails on any step that computed for more than 1 s. The first
 trigger's imports (the Kubernetes client: seconds) happen in that interpreter, as on a fresh triggerer.
 """
 
@@ -41,9 +42,8 @@ def cluster(scenarios: ModuleType, tmp_path: Path) -> Any:
 
 
 def assert_no_slow_step(result: dict[str, Any]) -> None:
-    assert result["slow_steps"] == [], "steps held the loop for more than 1 s:\n" + "\n".join(
-        result["slow_steps"]
-    )
+    over = result["steps_over_limit"]
+    assert over == [], "steps held the loop for more than 1 s:\n" + "\n".join(over)
 
 
 def test_triggers_starting_on_a_fresh_triggerer_and_a_finished_backlog(scenarios: ModuleType, cluster: Any):
@@ -52,7 +52,7 @@ def test_triggers_starting_on_a_fresh_triggerer_and_a_finished_backlog(scenarios
     names, lines = scenarios.start_jobs(cluster, STARTING_TRIGGERS, 1.0)
     names.append(scenarios.backlog_job(cluster, BACKLOG_LINES, running=False))
 
-    result = scenarios.run_child(names, lines + BACKLOG_LINES, cluster, timeout=120, debug_slow=STEP_LIMIT)
+    result = scenarios.run_child(names, lines + BACKLOG_LINES, cluster, timeout=120, step_limit=STEP_LIMIT)
 
     assert result["fresh"], "the Kubernetes client was imported before the triggers ran"
     assert result["events"] == {"success": STARTING_TRIGGERS + 1}
@@ -67,7 +67,7 @@ def test_replaying_a_running_pods_backlog(scenarios: ModuleType, cluster: Any):
     name = scenarios.backlog_job(cluster, BACKLOG_LINES, running=True)
 
     result = scenarios.run_child(
-        [name], BACKLOG_LINES, cluster, cancel=True, timeout=120, debug_slow=STEP_LIMIT
+        [name], BACKLOG_LINES, cluster, cancel=True, timeout=120, step_limit=STEP_LIMIT
     )
 
     assert result["lines"] == BACKLOG_LINES
