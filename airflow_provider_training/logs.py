@@ -16,7 +16,8 @@ import collections
 import contextlib
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -32,6 +33,10 @@ ReplicaChoice = Literal["deciding", "master", "all"] | Sequence[str]
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 _TERMINAL_PHASES = ("Succeeded", "Failed")
+# A backlog (thousands of lines at once) is parsed and emitted in steps of at most this long, and the read
+# text split in pieces of about this many characters: the triggerer's other triggers run in between.
+STEP_SECONDS = 0.02
+PIECE_CHARS = 1 << 16
 
 
 def stamp_key(stamp: str) -> int | None:
@@ -364,12 +369,14 @@ class ReplicaLogStreamer:
             self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
         )
         pod.unread = "its log stream was interrupted"
+        step = _Steps()
         try:
             async for line in lines:
                 key, text = split_stamp(line)
                 if fresh(key):
                     self._emit(pod, text)
                     emitted += 1
+                await step.pause()
         except Exception as err:
             pod.unread = _unreadable(err)
             if not _retry_later(err):
@@ -397,14 +404,38 @@ class ReplicaLogStreamer:
             return
         if not previous:
             pod.unread = None
-        for line in text.splitlines():
+        step = _Steps()
+        for line in _lines(text):
             key, body = split_stamp(line)
             if fresh(key):
                 self._emit(pod, body)
+            await step.pause()
 
     def _emit(self, pod: _Pod, text: str) -> None:
         pod.tail.append(text)
         self.emit(pod.prefix + text)
+
+
+class _Steps:
+    """Ends the current step of the event loop once it has run ``STEP_SECONDS``."""
+
+    def __init__(self) -> None:
+        self.began = time.perf_counter()
+
+    async def pause(self) -> None:
+        if time.perf_counter() - self.began >= STEP_SECONDS:
+            await asyncio.sleep(0)
+            self.began = time.perf_counter()
+
+
+def _lines(text: str) -> Iterator[str]:
+    """``text.splitlines()``, split a piece of about ``PIECE_CHARS`` at a time (not all in one step)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + PIECE_CHARS)
+        end = len(text) if end < 0 else end + 1
+        yield from text[start:end].splitlines()
+        start = end
 
 
 def replica_label(replica: ReplicaPod) -> str:

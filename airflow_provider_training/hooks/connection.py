@@ -13,6 +13,7 @@ kubeconfig is parsed once per hook.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Mapping
@@ -177,6 +178,47 @@ async def build_configuration(settings: KubeSettings) -> Configuration:
     if settings.disable_verify_ssl:
         cfg.verify_ssl = False
     return cfg
+
+
+_shared: dict[tuple[Any, ...], Configuration] = {}
+_building: dict[tuple[int, tuple[Any, ...]], asyncio.Task[Configuration]] = {}
+
+
+async def shared_configuration(settings: KubeSettings) -> Configuration:
+    """One :func:`build_configuration` per cluster settings (and kubeconfig file version), per process.
+
+    Parsing a kubeconfig takes milliseconds of CPU on the event loop; hundreds of triggers starting together
+    on one connection share one parse (concurrent callers await the one build under way). Callers share the
+    object: a transport that reloads expired credentials into it reloads them for all.
+    """
+    path = settings.kube_config_path
+    inline = json.dumps(settings.kube_config, sort_keys=True, default=str) if settings.kube_config else None
+    key = (
+        settings.in_cluster,
+        path,
+        file_version(path),
+        inline,
+        settings.cluster_context,
+        settings.disable_verify_ssl,
+    )
+    if (found := _shared.get(key)) is not None:
+        return found
+    loop = asyncio.get_running_loop()
+    task = _building.get((id(loop), key))
+    if task is None:
+        task = _building[(id(loop), key)] = loop.create_task(build_configuration(settings))
+        task.add_done_callback(lambda _: _building.pop((id(loop), key), None))
+    cfg = await asyncio.shield(task)  # a caller cancelled does not cancel the others' build
+    _shared[key] = cfg
+    return cfg
+
+
+def file_version(path: str | None) -> int | None:
+    """A file's modification time (ns), for cache keys; ``None`` without a file (its reader reports that)."""
+    try:
+        return os.stat(path).st_mtime_ns if path else None
+    except OSError:
+        return None
 
 
 async def _load_default(cfg: Configuration, context: str | None) -> None:

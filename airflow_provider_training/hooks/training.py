@@ -29,6 +29,7 @@ from airflow_provider_training.hooks.connection import (
     build_configuration,
     load_connection_extras,
     load_connection_extras_sync,
+    shared_configuration,
 )
 from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
 from airflow_provider_training.hooks.loop_thread import LoopThread
@@ -134,7 +135,7 @@ class AsyncTrainingJobHook:
                 if self._transport is None:
                     settings = await self.get_settings()
                     self._transport = KubeTransport(
-                        await build_configuration(settings),
+                        await shared_configuration(settings),
                         request_timeout=self.request_timeout,
                         reload_credentials=lambda: build_configuration(settings),
                     )

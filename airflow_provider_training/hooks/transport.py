@@ -1,23 +1,31 @@
-"""Raw HTTP access to the Kubernetes API over one kubernetes_asyncio ``ApiClient``.
+"""Raw HTTP access to the Kubernetes API over one aiohttp session, configured by a kubernetes_asyncio
+``Configuration`` (host, credentials, TLS, proxy).
 
 Every answer is read as bytes and decoded by us: JSON for objects and lists, UTF-8 (``errors="replace"``) for
 logs. This sidesteps the client's model (de)serialization, which the provider does not need (it works on plain
 dicts), and the kubernetes 36.x pod-log quirks. Retries are the caller's business (see :mod:`.retry`).
+
+The TLS context (loading the CA bundle costs tens of milliseconds of CPU) is built in a worker thread, once
+per process and TLS settings, and shared by every transport: many triggers starting together on the
+triggerer's loop must not each build one there (``ApiClient`` builds one per client).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
 
+from airflow_provider_training.hooks.connection import file_version
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.kinds.base import ResourceRef
+from airflow_provider_training.offloop import once_in_thread
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import Configuration
@@ -25,6 +33,8 @@ if TYPE_CHECKING:
 Query = Iterable[tuple[str, str]]
 
 MERGE_PATCH = "application/merge-patch+json"
+USER_AGENT = "airflow-provider-training"
+READ_BUFFER = 2**21  # as kubernetes_asyncio: watch events of large objects exceed aiohttp's default
 
 
 def collection_path(resource: ResourceRef, namespace: str | None) -> str:
@@ -67,7 +77,7 @@ def describe_request(method: str, path: str, query: Query | None = None) -> str:
 
 
 class KubeTransport:
-    """One ``ApiClient`` (one aiohttp session and connection pool), reused for every request."""
+    """One aiohttp session (one connection pool), reused for every request; opened on the first one."""
 
     def __init__(
         self,
@@ -76,23 +86,36 @@ class KubeTransport:
         request_timeout: float = 60.0,
         reload_credentials: Callable[[], Awaitable[Configuration]] | None = None,
     ) -> None:
-        self._client = ApiClient(configuration)
+        self._configuration = configuration
+        self._session: aiohttp.ClientSession | None = None
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=min(30.0, request_timeout))
         # Short-lived credentials (exec plugins: EKS, GKE) expire; on a 401 they are loaded again, once.
         self._reload_credentials = reload_credentials
         self.requests = 0
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            context = await shared_ssl_context(self._configuration)
+            if self._session is None:  # another request of this transport may have opened it meanwhile
+                connector = aiohttp.TCPConnector(
+                    limit=self._configuration.connection_pool_maxsize, ssl=context
+                )
+                self._session = aiohttp.ClientSession(
+                    connector=connector, trust_env=True, read_bufsize=READ_BUFFER
+                )
+        return self._session
 
     async def _send(self, *args: Any) -> aiohttp.ClientResponse:
         resp = await self._send_once(*args)
         if resp.status == 401 and self._reload_credentials is not None:
             resp.release()
             fresh = await self._reload_credentials()
-            configuration = self._client.configuration
-            configuration.api_key = dict(fresh.api_key)
-            configuration.api_key_prefix = dict(fresh.api_key_prefix)
+            self._configuration.api_key = dict(fresh.api_key)
+            self._configuration.api_key_prefix = dict(fresh.api_key_prefix)
             resp = await self._send_once(*args)
         return resp
 
@@ -106,16 +129,25 @@ class KubeTransport:
         accept: str,
         timeout: aiohttp.ClientTimeout,
     ) -> aiohttp.ClientResponse:
+        session = await self._open()
         self.requests += 1
-        return await self._client.call_api(
-            path,
+        cfg = self._configuration
+        headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": USER_AGENT}
+        # The bearer token, refreshed first by the configuration's hook if it has one (exec plugins).
+        token = (await cfg.auth_settings()).get("BearerToken")
+        if token and token.get("value"):
+            headers[token["key"]] = token["value"]
+        params = list(query or ())
+        url = f"{cfg.host}{path}" + (f"?{urlencode(params)}" if params else "")
+        return await session.request(
             method,
-            query_params=list(query or ()),
-            header_params={"Accept": accept, "Content-Type": content_type},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
+            url,
+            headers=headers,
+            data=None if body is None else json.dumps(body, default=_json_default),
+            timeout=timeout,
+            proxy=cfg.proxy,
+            proxy_headers=cfg.proxy_headers,
+            server_hostname=cfg.tls_server_name,
         )
 
     async def request(
@@ -188,3 +220,41 @@ def encode_query(params: Mapping[str, Any]) -> list[tuple[str, str]]:
             continue
         out.append((key, ("true" if value else "false") if isinstance(value, bool) else str(value)))
     return out
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+async def shared_ssl_context(configuration: Configuration) -> ssl.SSLContext:
+    """The TLS context for ``configuration``'s CA, client certificate and verification settings.
+
+    Built in a worker thread the first time, then shared by every transport of the process with the same
+    settings. Files are keyed with their modification times, so a rotated CA or client certificate gets a
+    new context.
+    """
+    cfg = configuration
+    files = (cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file)
+    key = (
+        "ssl",
+        *files,
+        *map(file_version, files),
+        bool(cfg.verify_ssl),
+        bool(cfg.disable_strict_ssl_verification),
+    )
+    return await once_in_thread(key, lambda: _ssl_context(cfg))
+
+
+def _ssl_context(cfg: Configuration) -> ssl.SSLContext:
+    """The context kubernetes_asyncio's REST client builds for each client."""
+    context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file:
+        context.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+    if not cfg.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cfg.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context

@@ -25,7 +25,22 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_training.kinds.base import JobState, parse_time
+from airflow_provider_training.offloop import import_off_loop
 from airflow_provider_training.params import DECIDING, ON_KILL_ACTIONS, TARGET_STATES, check_choice
+
+# What run() and on_kill() use: imported in a thread before they first need it (seconds for the Kubernetes
+# client), not on the triggerer's loop; this module itself stays cheap to import (the triggerer imports it
+# on the loop).
+RUNTIME_MODULES = (
+    "aiohttp",
+    "kubernetes_asyncio.client",
+    "kubernetes_asyncio.config",
+    "airflow_provider_training.hooks.training",
+    "airflow_provider_training.kinds.registry",
+    "airflow_provider_training.logs",
+    "airflow_provider_training.waiting",
+    "airflow_provider_training.watch",
+)
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -121,6 +136,7 @@ class TrainingJobTrigger(BaseTrigger):
         return AsyncTrainingJobHook(self.kubernetes_conn_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        await import_off_loop(*RUNTIME_MODULES)
         from airflow_provider_training.waiting import JobWaiter, WaitOptions
 
         options = WaitOptions(
@@ -149,6 +165,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "Keeping %s %s/%s (on_kill_action='keep')", self.kind, self.namespace, self.job_name
             )
             return
+        await import_off_loop(*RUNTIME_MODULES)
         hook = self._hook()
         try:
             deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
