@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from airflow_provider_training.localkube.gates import Gate, gate, open_gate
+
 ACTIONS = ("status", "drop", "latency", "expire_watch", "end_watch", "hold")
 _STATUS_TEXT = {
     403: ("Forbidden", 'forbidden: User "system:serviceaccount:default:airflow" cannot access this resource'),
@@ -85,33 +87,6 @@ class FaultRule:
         return asdict(self)
 
 
-class Gate:
-    """Where held requests wait: a test sees them arrive (`wait_reached`) and lets them through (`open`)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.arrived: list[tuple[str, str]] = []  # (method, path) of each request held here
-        self._reached = threading.Event()
-        self._opened = threading.Event()
-
-    def wait_reached(self, timeout: float = 20.0) -> bool:
-        """Block until a request waits at the gate (a synchronisation helper, True once one does)."""
-        return self._reached.wait(timeout)
-
-    def open(self) -> None:
-        self._opened.set()
-
-    @property
-    def is_open(self) -> bool:
-        return self._opened.is_set()
-
-    async def pass_through(self, method: str, path: str) -> None:
-        self.arrived.append((method, path))
-        self._reached.set()
-        while not self._opened.is_set():
-            await asyncio.sleep(0.005)
-
-
 # where the middleware leaves watch rules for the watch handler
 EXPIRE_WATCH = web.RequestKey("expire_watch", FaultRule)
 END_WATCH = web.RequestKey("end_watch", FaultRule)
@@ -125,7 +100,7 @@ class Faults:
         self._rules: list[FaultRule] = []
         self._watch_closers: dict[int, Callable[[], None]] = {}
         self._next_watch = 0
-        self._gates: dict[str, Gate] = {}
+        self._gates: set[str] = set()  # the gates this cluster's hold faults used, opened on clear/stop
         self.restart_hook: Callable[[], Any] | None = None
 
     # -- programming ---------------------------------------------------------------------------------------
@@ -157,19 +132,24 @@ class Faults:
         return self.add(FaultRule("end_watch", seconds=seconds, count=count, **match))
 
     def hold(self, gate: str, count: int | None = 1, **match: Any) -> Gate:
-        """Hold the next `count` matching requests at the gate `gate` (before they are served)."""
+        """Hold the next `count` matching requests at the gate `gate` (closed now, if it was open), before
+        they are served."""
+        held = self.gate(gate)
+        held.close()
         self.add(FaultRule("hold", count=count, gate=gate, **match))
-        return self.gate(gate)
+        return held
 
     def gate(self, name: str) -> Gate:
         with self._lock:
-            return self._gates.setdefault(name, Gate(name))
+            self._gates.add(name)
+        return gate(name)
 
     def open_gates(self) -> None:
+        """Open every gate this cluster held requests at (nothing stays held once the cluster stops)."""
         with self._lock:
-            gates = list(self._gates.values())
-        for gate in gates:
-            gate.open()
+            names = list(self._gates)
+        for name in names:
+            open_gate(name)
 
     def end_watches(self) -> int:
         """End every open watch stream now, as a server does at its own timeout. Returns how many."""
@@ -256,7 +236,7 @@ def faults_middleware(faults: Faults) -> Callable[..., Awaitable[web.StreamRespo
             if rule.action == "latency":
                 await asyncio.sleep(rule.seconds)
             elif rule.action == "hold":
-                await faults.gate(rule.gate).pass_through(request.method, request.path)
+                await faults.gate(rule.gate).wait(f"{request.method} {request.path}")
             elif rule.action == "status":
                 return status_response(rule)
             elif rule.action == "drop":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from airflow_provider_training.localkube.runtime.gates import close_gate, open_gate
+from airflow_provider_training.localkube.gates import close_gate, open_gate
 from airflow_provider_training.localkube.runtime.script import ANNOTATION, register_script, unregister_script
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_training.localkube.gates import gate
 from airflow_provider_training.localkube.resources import ResourceType
-from airflow_provider_training.localkube.runtime.gates import wait_gate
 from airflow_provider_training.localkube.runtime.kubelet import Kubelet, PodInstance, RunResult
 from airflow_provider_training.localkube.runtime.podstate import controller_uid
 from airflow_provider_training.localkube.runtime.script import (
@@ -48,7 +48,7 @@ class _ScriptedRun:
             self.runtime.write_log(self.inst, self.container, line)
             await asyncio.sleep(interval)
         if self.step.gate is not None:
-            await wait_gate(self.step.gate)
+            await gate(self.step.gate).wait(f"pod {self.inst.name} container {self.container}")
         if self.step.duration is None:
             await asyncio.Event().wait()  # until the pod is deleted
         elif not lines:
