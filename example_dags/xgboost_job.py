@@ -1,7 +1,9 @@
 """An XGBoostJob from a YAML manifest: a Master and two Workers train on iris with XGBoost's Rabit.
 
 The manifest lives next to the DAG (``manifests/xgboost_iris.yaml``) and is rendered as a template, so it
-can use ``{{ ds_nodash }}`` and friends. It is validated before anything is sent to the cluster.
+can use templates such as ``{{ dag_run.run_after | ds_nodash }}``: ``run_after`` is set however the run
+was triggered, while ``{{ ds_nodash }}`` and the other logical-date ones are undefined in a manual run
+(Airflow 3 gives it no logical date). It is validated before anything is sent to the cluster.
 """
 
 from __future__ import annotations

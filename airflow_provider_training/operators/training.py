@@ -137,13 +137,13 @@ class TrainingJobOperator(BaseOperator):
             log=self.log,
         )
 
-    def check_rendered(self) -> None:
+    def _check_rendered(self) -> None:
         """The templated fields, once rendered (``execute`` calls it before anything is sent)."""
         check_text("job_name", self.job_name, optional=True)
         check_namespace("namespace", self.namespace)
 
     def execute(self, context: Context) -> Any:
-        self.check_rendered()
+        self._check_rendered()
         submitter = self._submitter()
         kind, body = submitter.prepare(
             self.job,

@@ -80,7 +80,7 @@ class TrainingJobSensor(BaseSensorOperator):
 
         return get_kind(str(self.kind), self.api_version)
 
-    def check_rendered(self) -> None:
+    def _check_rendered(self) -> None:
         """The templated fields once rendered, and the parameters that need the kind: before any request."""
         check_text("job_name", self.job_name)
         check_namespace("namespace", self.namespace)
@@ -114,7 +114,7 @@ class TrainingJobSensor(BaseSensorOperator):
         return JobSubmitter(kubernetes_conn_id=self.kubernetes_conn_id, log=self.log)
 
     def execute(self, context: Context) -> Any:
-        self.check_rendered()
+        self._check_rendered()
         if not self.deferrable:
             return super().execute(context)
         import pendulum
