@@ -109,6 +109,7 @@ class StepClock:
         self.limit = limit
         self.longest = 0.0
         self.over: list[str] = []  # the steps that computed for more than ``limit`` seconds
+        self.top: list[tuple[float, str]] = []  # the 3 longest steps: (seconds, what ran)
 
     def install(self) -> None:
         run = asyncio.events.Handle._run
@@ -121,10 +122,24 @@ class StepClock:
             finally:
                 spent = time.thread_time() - began
                 clock.longest = max(clock.longest, spent)
+                if len(clock.top) < 3 or spent > clock.top[0][0]:
+                    clock.top = sorted([*clock.top, (spent, _step_name(handle))])[-3:]
                 if spent > clock.limit:
-                    clock.over.append(f"{str(handle)[:240]} computed {spent:.3f} s")
+                    clock.over.append(f"{_step_name(handle)} computed {spent:.3f} s")
 
         asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+
+
+def _step_name(handle: asyncio.Handle) -> str:
+    """A task step as the task's name and where it is suspended now (the await that ended the step)."""
+    task = getattr(getattr(handle, "_callback", None), "__self__", None)
+    if not isinstance(task, asyncio.Task):
+        return str(handle)[:240]
+    where, awaited = "", task.get_coro()
+    while (frame := getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)) is not None:
+        where = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno} {frame.f_code.co_name}"
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+    return f"task {task.get_name()!r}, then suspended at {where}"
 
 
 class SlowSteps(logging.Handler):
@@ -230,6 +245,7 @@ def child(args: argparse.Namespace) -> None:
     result["slow_steps"] = slow.steps
     result["longest_step"] = clock.longest
     result["steps_over_limit"] = clock.over
+    result["longest_steps"] = [f"{spent * 1000:.0f} ms: {what}" for spent, what in reversed(clock.top)]
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -465,6 +481,8 @@ def main() -> None:
                 rows.append(report_row(code, scenario, args, result))
                 print(rows[-1], flush=True)
                 print(f"    worst lags (s after the first trigger, lag s): {result['worst']}", flush=True)
+                for step in result.get("longest_steps", []):
+                    print(f"    longest step: {step}", flush=True)
                 for step in result["steps_over_limit"] + result["slow_steps"]:
                     print(f"    slow step: {step}", flush=True)
     print()
