@@ -117,7 +117,7 @@ class JobSubmitter:
                             f"{exc}; it was not created by this task (its identity labels differ). "
                             "Choose another job_name, or delete it."
                         ) from exc
-            return self._handle_previous(hook, kind, body, previous, store)
+            return self._handle_previous(hook, kind, body, previous, store, identity)
 
     def _previous(
         self, hook: TrainingJobHook, kind: JobKind, namespace: str, identity: naming.TaskIdentity, store: Any
@@ -142,13 +142,21 @@ class JobSubmitter:
         return jobs[-1] if jobs else None
 
     def _handle_previous(
-        self, hook: TrainingJobHook, kind: JobKind, body: dict[str, Any], previous: dict[str, Any], store: Any
+        self,
+        hook: TrainingJobHook,
+        kind: JobKind,
+        body: dict[str, Any],
+        previous: dict[str, Any],
+        store: Any,
+        identity: naming.TaskIdentity,
     ) -> dict[str, Any]:
         meta = previous["metadata"]
         label = f"{kind.kind} {meta['namespace']}/{meta['name']}"
-        if self.action == "fail":
+        if identity.cleared_since(previous):
+            self.log.info("The task was cleared since %s was created: deleting it, submitting again", label)
+        elif self.action == "fail":
             raise JobExistsFailure(f"{label} exists from an earlier try and action_if_job_exists='fail'")
-        if self.action == "reattach":
+        elif self.action == "reattach":
             status = self.status(hook, kind, previous)
             if status.state.value != "Failed":
                 self.log.info("Reattaching to %s (state %s)", label, status.state.value)
@@ -159,7 +167,7 @@ class JobSubmitter:
             )
         else:
             self.log.info("Deleting the earlier %s (action_if_job_exists='recreate')", label)
-        hook.delete_job(kind, meta["name"], meta["namespace"])
+        hook.delete_job(kind, meta["name"], meta["namespace"], uid=meta.get("uid"))
         if not hook.wait_job_deleted(kind, meta["name"], meta["namespace"]):
             raise AirflowException(f"{label} is still being deleted; cannot submit it again yet")
         if body["metadata"]["name"] != meta["name"] or body["metadata"]["namespace"] != meta["namespace"]:
@@ -220,9 +228,10 @@ class JobSubmitter:
             status = self.status(hook, kind, job)
         return {"status": "success", "job": dict(ref), "job_status": status.to_dict(), "pods": []}
 
-    def delete(self, kind: JobKind, name: str, namespace: str) -> bool:
+    def delete(self, kind: JobKind, name: str, namespace: str, *, uid: str | None = None) -> bool:
+        """Delete the job (with ``uid``: only that object, never a later try's job of the same name)."""
         with self.hook() as hook:
-            return hook.delete_job(kind, name, namespace)
+            return hook.delete_job(kind, name, namespace, uid=uid)
 
 
 def _remember(store: Any, ref: Mapping[str, Any]) -> None:

@@ -191,12 +191,20 @@ class AsyncTrainingJobHook:
         return await self._call("GET", collection_path(resource, namespace), query=query)
 
     async def delete_object(
-        self, resource: ResourceRef, name: str, namespace: str, *, propagation_policy: str | None = None
+        self,
+        resource: ResourceRef,
+        name: str,
+        namespace: str,
+        *,
+        propagation_policy: str | None = None,
+        uid: str | None = None,
     ) -> bool:
-        """Delete; ``False`` when it was already gone."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        """Delete; ``False`` when it was already gone. With ``uid``, another object of that name is a 409."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation_policy:
             body["propagationPolicy"] = propagation_policy
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
             await self._call("DELETE", object_path(resource, namespace, name), body=body)
         except KubeApiError as err:
@@ -277,17 +285,29 @@ class AsyncTrainingJobHook:
         return await self._call("PATCH", path, body=dict(patch), content_type=MERGE_PATCH)
 
     async def delete_job(
-        self, kind: JobKind, name: str, namespace: str, *, propagation_policy: str = DEFAULT_PROPAGATION
+        self,
+        kind: JobKind,
+        name: str,
+        namespace: str,
+        *,
+        propagation_policy: str = DEFAULT_PROPAGATION,
+        uid: str | None = None,
     ) -> bool:
         """Delete the job and its ``delete_on_cleanup`` children; ``False`` if the job was already gone.
 
         Children go in the order the kind lists them (controllers before their pods, so no ReplicaSet or
         Job recreates a pod just deleted), named ones by name, the others found by selector. They are
-        deleted even when the job itself was gone, so a second cleanup removes what the first left.
+        deleted even when the job itself was gone, so a second cleanup removes what the first left. With
+        ``uid``, a job of that name with another uid (a later try's) is left alone, children included.
         """
-        existed = await self.delete_object(
-            kind.resource, name, namespace, propagation_policy=propagation_policy
-        )
+        try:
+            existed = await self.delete_object(
+                kind.resource, name, namespace, propagation_policy=propagation_policy, uid=uid
+            )
+        except KubeApiError as err:
+            if uid and err.status == 409:
+                return False
+            raise
         done: set[tuple[str, str]] = set()
         for child in kind.children:
             if not child.delete_on_cleanup:

@@ -205,7 +205,9 @@ class TrainingJobOperator(BaseOperator):
         from airflow_provider_training.kinds.registry import get_kind
 
         self.log.info("Deleting %s %s/%s (%s)", ref["kind"], ref["namespace"], ref["name"], why)
-        self._submitter().delete(get_kind(ref["kind"], ref["api_version"]), ref["name"], ref["namespace"])
+        kind = get_kind(ref["kind"], ref["api_version"])
+        # Exactly the job this try waited for: never a later try's job of the same name.
+        self._submitter().delete(kind, ref["name"], ref["namespace"], uid=ref.get("uid"))
 
     def on_kill(self) -> None:
         """Delete the job (unless ``on_kill_action="keep"``).
