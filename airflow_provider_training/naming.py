@@ -19,6 +19,7 @@ TASK_ID = f"{PREFIX}/task-id"
 RUN_ID = f"{PREFIX}/run-id"
 MAP_INDEX = f"{PREFIX}/map-index"
 TRY_NUMBER = f"{PREFIX}/try-number"
+CLEAR_NUMBER = f"{PREFIX}/clear-number"
 RUN_ID_FULL = f"{PREFIX}/run-id-full"
 MANAGED_BY = f"{PREFIX}/managed-by"
 
@@ -40,6 +41,7 @@ class TaskIdentity:
     run_id: str
     map_index: int = -1
     try_number: int = 1
+    clear_number: int = 0  # the DAG run's: a clear since the job's creation means "run it again"
 
     @classmethod
     def from_context(cls, context: Mapping[str, Any]) -> TaskIdentity:
@@ -51,6 +53,7 @@ class TaskIdentity:
             run_id=ti.run_id,
             map_index=-1 if map_index is None else int(map_index),
             try_number=int(getattr(ti, "try_number", 1) or 1),
+            clear_number=int(getattr(context.get("dag_run"), "clear_number", 0) or 0),
         )
 
     def digest(self) -> str:
@@ -68,7 +71,17 @@ class TaskIdentity:
         }
 
     def annotations(self) -> dict[str, str]:
-        return {RUN_ID_FULL: self.run_id, TRY_NUMBER: str(self.try_number)}
+        return {
+            RUN_ID_FULL: self.run_id,
+            TRY_NUMBER: str(self.try_number),
+            CLEAR_NUMBER: str(self.clear_number),
+        }
+
+    def cleared_since(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the DAG run was cleared after ``obj`` (a job of an earlier try) was created: the user
+        asked for the task to run again, so that job belongs to a killed try, not to this one."""
+        created = ((obj.get("metadata") or {}).get("annotations") or {}).get(CLEAR_NUMBER)
+        return created is not None and str(created).isdigit() and int(created) < self.clear_number
 
     def selector(self) -> str:
         return ",".join(f"{k}={v}" for k, v in sorted(self.labels().items()))

@@ -172,15 +172,22 @@ class JobSubmitter:
                         ) from exc
                     if job is None:
                         continue  # gone again meanwhile: create again
-            if _uid(job) == decided and self.action == "fail":
-                raise JobExistsFailure(
-                    f"{_label(kind, job)} exists from an earlier try ({_creator(job)}) and "
-                    "action_if_job_exists='fail'"
-                )
             if _terminating(job):
                 self._wait_gone(hook, kind, job, False)
                 job = None
                 continue
+            cleared = _uid(job) == decided and identity.cleared_since(job)
+            if cleared:
+                self.log.info(
+                    "The task was cleared since %s (%s) was created: deleting it and submitting again",
+                    _label(kind, job),
+                    _creator(job),
+                )
+            elif _uid(job) == decided and self.action == "fail":
+                raise JobExistsFailure(
+                    f"{_label(kind, job)} exists from an earlier try ({_creator(job)}) and "
+                    "action_if_job_exists='fail'"
+                )
             if _uid(job) != decided:
                 self.log.info(
                     "%s was created by another live try (%s) while this try (%d) was submitting; "
@@ -191,7 +198,7 @@ class JobSubmitter:
                 )
                 _remember(store, self.reference(kind, job))
                 return job
-            if self._reuses(hook, kind, job):
+            if not cleared and self._reuses(hook, kind, job):
                 _remember(store, self.reference(kind, job))
                 return job
             if hook.delete_job(kind, job["metadata"]["name"], job["metadata"]["namespace"], uid=decided):

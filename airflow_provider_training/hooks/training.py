@@ -300,7 +300,8 @@ class AsyncTrainingJobHook:
 
         Children go in the order the kind lists them (controllers before their pods, so no ReplicaSet or
         Job recreates a pod just deleted), named ones by name, the others found by selector. They are
-        deleted even when the job itself was gone, so a second cleanup removes what the first left.
+        deleted even when the job itself was gone, so a second cleanup removes what the first left. With
+        ``uid``, a job of that name with another uid (a later try's) is left alone, children included.
         """
         try:
             existed = await self.delete_object(

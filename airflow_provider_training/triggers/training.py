@@ -19,7 +19,9 @@ The waiting itself is :class:`airflow_provider_training.waiting.JobWaiter`, the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -150,6 +152,9 @@ class TrainingJobTrigger(BaseTrigger):
             uid=self.uid,
             allow_missing=self.allow_missing,
         )
+        if (orphaned := await self._killed_while_away()) is not None:
+            yield TriggerEvent(orphaned)
+            return
         hook = self._hook()
         try:
             waiter = JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, self.log)
@@ -159,7 +164,14 @@ class TrainingJobTrigger(BaseTrigger):
         yield TriggerEvent(event)
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task: delete the job and its cleanup children, unless ``keep``."""
+        """The user killed the deferred task: delete the job and its cleanup children, unless ``keep``.
+
+        The triggerer repeats its cancellation every loop until the trigger has ended, and cancels it again
+        when it shuts down: the delete runs to its end regardless, within ``[triggerer] on_kill_timeout``.
+        """
+        await run_to_end(self._kill_job("task killed"), on_kill_budget())
+
+    async def _kill_job(self, why: str) -> None:
         if self.on_kill_action != "delete":
             self.log.info(
                 "Keeping %s %s/%s (on_kill_action='keep')", self.kind, self.namespace, self.job_name
@@ -170,11 +182,74 @@ class TrainingJobTrigger(BaseTrigger):
         try:
             deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
             self.log.info(
-                "%s %s/%s %s",
+                "%s %s/%s %s (%s)",
                 self.kind,
                 self.namespace,
                 self.job_name,
                 "deleted" if deleted else "was already gone (or is another try's job now)",
+                why,
             )
         finally:
             await hook.close()
+
+    async def _killed_while_away(self) -> dict[str, Any] | None:
+        """Whether the task instance this trigger serves was acted on while no triggerer ran it.
+
+        A triggerer that starts finds the trigger of a task marked failed or success (or cleared) in the
+        meantime and runs it once before Airflow cancels it; Airflow's own ``on_kill()`` then races with
+        the start. The trigger asks the Task SDK for its task instance's state first: anything but
+        ``deferred`` means it was killed, and the job goes as ``on_kill()`` would remove it. A restart or a
+        redistribution of a still-deferred task finds it deferred and waits as usual.
+        """
+        state = await task_instance_state(self.task_instance)
+        if state is None or state == "deferred":
+            return None
+        await run_to_end(self._kill_job(f"its task is {state}, no longer deferred"), on_kill_budget())
+        job = {"name": self.job_name, "namespace": self.namespace, "uid": self.uid, "kind": self.kind}
+        message = f"The task instance is {state}, no longer deferred; the trigger ended"
+        return {"status": "error", "job": {**job, "api_version": self.api_version}, "message": message}
+
+
+def on_kill_budget() -> float:
+    """Seconds ``on_kill()`` may take: ``[triggerer] on_kill_timeout`` less a margin to log the outcome."""
+    from airflow.sdk.configuration import conf
+
+    return max(1.0, conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0) - 1.0)
+
+
+async def run_to_end(work: Coroutine[Any, Any, None], budget: float) -> None:
+    """Await ``work`` to its end even when the awaiting task is cancelled meanwhile, for ``budget`` seconds
+    at most (then ``work`` is cancelled and :class:`TimeoutError` raised)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(work)
+    end = loop.time() + budget
+    while not task.done():
+        remaining = end - loop.time()
+        if remaining <= 0:
+            task.cancel()
+            raise TimeoutError(f"gave up after {budget:.0f} s")
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), remaining)
+    task.result()
+
+
+async def task_instance_state(ti: Any) -> str | None:
+    """The current state of ``ti`` (a trigger's ``task_instance``) through the Task SDK's supervisor
+    comms; ``None`` outside a triggerer (inline runs) or when the state cannot be read or is not found."""
+    if ti is None:
+        return None
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import GetTaskStates
+
+    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+    if comms is None or not hasattr(comms, "asend"):
+        return None
+    map_index = ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None
+    request = GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=map_index)
+    try:
+        states = (await comms.asend(request)).task_states
+    except Exception:  # a failed check must never end a wait: the trigger waits as usual
+        return None
+    key = f"{ti.task_id}_{map_index}" if map_index is not None else ti.task_id
+    state = (states.get(ti.run_id) or {}).get(key)
+    return str(getattr(state, "value", state)) if state is not None else None
