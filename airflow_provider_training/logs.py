@@ -32,6 +32,7 @@ ReplicaChoice = Literal["master", "all"] | Sequence[str]
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 _TERMINAL_PHASES = ("Succeeded", "Failed")
+REPEAT_MARK = "(may repeat) "  # a line a triggerer killed without notice may have emitted already
 
 
 def stamp_key(stamp: str) -> int | None:
@@ -51,12 +52,26 @@ def split_stamp(line: str) -> tuple[int | None, str]:
     return (key, text) if key is not None else (None, line)
 
 
-class LogCursor:
-    """How far a pod's log has been emitted: the last timestamp and how many emitted lines carry it."""
+def stamp_text(key: int) -> str:
+    """A timestamp key as the ISO text of a log record's ``timestamp`` (microseconds, ``Z``)."""
+    seconds, nanos = divmod(key, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=nanos // 1000)
+    return moment.isoformat().replace("+00:00", "Z")
 
-    def __init__(self) -> None:
-        self.key: int | None = None
-        self.count = 0
+
+class LogCursor:
+    """How far a pod's log has been emitted: the last timestamp and how many emitted lines carry it.
+
+    ``[key, count]`` (:meth:`state`) is what a trigger persists, so that its next instance (after a triggerer
+    restart) resumes the pod's log where this one stopped.
+    """
+
+    def __init__(self, state: Sequence[int] | None = None) -> None:
+        self.key: int | None = int(state[0]) if state else None
+        self.count = int(state[1]) if state else 0
+
+    def state(self) -> list[int] | None:
+        return None if self.key is None else [self.key, self.count]
 
     def since(self) -> datetime | None:
         """Where a re-read starts (the API takes whole seconds; :meth:`session` drops what was emitted)."""
@@ -91,7 +106,15 @@ class LogCursor:
 class _Pod:
     """What the streamer knows about one followed pod."""
 
-    def __init__(self, name: str, prefix: str, container: str, pod: dict[str, Any], tail: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        prefix: str,
+        container: str,
+        pod: dict[str, Any],
+        tail: int,
+        cursor: Sequence[int] | None = None,
+    ) -> None:
         self.name = name
         self.prefix = prefix
         self.container = container
@@ -99,7 +122,7 @@ class _Pod:
         self.uid = _uid(pod)
         self.deleted = False
         self.changed = asyncio.Event()
-        self.cursor = LogCursor()
+        self.cursor = LogCursor(cursor)
         self.restarts_read: int | None = None  # restartCount when we last caught up on instances
         self.tail: collections.deque[str] = collections.deque(maxlen=tail)
         self.task: asyncio.Task[None] | None = None
@@ -143,6 +166,12 @@ class ReplicaLogStreamer:
     ``replicas``: ``"master"`` (the kind's master selector), ``"all"``, or a list of replica types.
     :meth:`run` follows pods as they appear until cancelled or :meth:`stop`-ped (which flushes what is left).
     :meth:`tail` keeps the last ``tail_lines`` lines of each pod for failure messages.
+
+    ``resume``: the :meth:`cursors` of an earlier streamer of the same job (a trigger before a triggerer
+    restart): each pod goes on after its last emitted line. ``mark_until``: lines stamped at or before this
+    key (ns) are marked as possibly repeated (the earlier streamer's cursors were not its last ones).
+    ``pod_times``: ``emit`` is called with ``timestamp=`` the line's own (kubelet) time, so the log record
+    carries the time the replica wrote it.
     """
 
     def __init__(
@@ -153,10 +182,13 @@ class ReplicaLogStreamer:
         job_name: str,
         *,
         replicas: ReplicaChoice = "master",
-        emit: Callable[[str], None],
+        emit: Callable[..., None],
         tail_lines: int = 50,
         hub: WatchHub | None = None,
         retry_interval: float = 2.0,
+        resume: Mapping[str, Sequence[int]] | None = None,
+        mark_until: int | None = None,
+        pod_times: bool = False,
     ) -> None:
         self.hook = hook
         self.kind = kind
@@ -167,6 +199,10 @@ class ReplicaLogStreamer:
         self.tail_lines = tail_lines
         self.hub = hub
         self.retry_interval = retry_interval
+        self.resume = dict(resume or {})
+        self.mark_until = mark_until
+        self.pod_times = pod_times
+        self.emitted = 0  # lines emitted so far: tells a persister whether the cursors moved
         self._pods: dict[str, _Pod] = {}
         self._runner: asyncio.Task[Any] | None = None
         self._stopping = False
@@ -181,6 +217,14 @@ class ReplicaLogStreamer:
     def pod_names(self) -> list[str]:
         """The pods followed so far."""
         return list(self._pods)
+
+    def cursors(self) -> dict[str, list[int]]:
+        """Each pod incarnation's cursor by pod uid (JSON-friendly): the ``resume`` of a next streamer."""
+        found = {uid: list(state) for uid, state in self.resume.items()}
+        for pod in self._pods.values():
+            if (state := pod.cursor.state()) is not None:
+                found[pod.uid or pod.name] = state
+        return found
 
     def _selectors(self) -> tuple[str, ...]:
         return replica_selectors(self.kind, self.job_name, master=self.replicas == "master")
@@ -249,7 +293,8 @@ class ReplicaLogStreamer:
         if not self._wanted(replica.replica_type):
             return None
         container = _container_name(pod, self.kind.default_container)
-        state = _Pod(name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines)
+        resumed = self.resume.get(_uid(pod) or name)
+        state = _Pod(name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines, resumed)
         known = self._pods.get(name)
         if known is not None:  # deleted and created again under the same name (operators recreate pods)
             known.update(None)
@@ -333,7 +378,7 @@ class ReplicaLogStreamer:
             async for line in lines:
                 key, text = split_stamp(line)
                 if fresh(key):
-                    self._emit(pod, text)
+                    self._emit(pod, text, key)
                     emitted += 1
         except Exception as err:
             if not _retry_later(err):
@@ -359,11 +404,16 @@ class ReplicaLogStreamer:
         for line in text.splitlines():
             key, body = split_stamp(line)
             if fresh(key):
-                self._emit(pod, body)
+                self._emit(pod, body, key)
 
-    def _emit(self, pod: _Pod, text: str) -> None:
+    def _emit(self, pod: _Pod, text: str, key: int | None = None) -> None:
         pod.tail.append(text)
-        self.emit(pod.prefix + text)
+        self.emitted += 1
+        mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""
+        if self.pod_times and key is not None:
+            self.emit(pod.prefix + mark + text, timestamp=stamp_text(key))
+        else:
+            self.emit(pod.prefix + mark + text)
 
 
 def replica_label(replica: ReplicaPod) -> str:

@@ -11,6 +11,8 @@ from airflow_provider_training.kinds.base import JobState
 TARGET_STATES = (JobState.SUCCEEDED.value, JobState.RUNNING.value)
 # What happens to the job when its task is killed (operator on_kill, or the trigger's while deferred).
 ON_KILL_ACTIONS = ("delete", "keep")
+# What happens to the job once it finished (operator execute_complete, or the trigger that ends the task).
+ON_FINISH_ACTIONS = ("keep", "delete", "delete_succeeded")
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> Any:
