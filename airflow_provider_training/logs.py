@@ -37,6 +37,7 @@ _TERMINAL_PHASES = ("Succeeded", "Failed")
 # text split in pieces of about this many characters: the triggerer's other triggers run in between.
 STEP_SECONDS = 0.02
 PIECE_CHARS = 1 << 16
+REPEAT_MARK = "(may repeat) "  # a line a triggerer killed without notice may have emitted already
 
 
 def stamp_key(stamp: str) -> int | None:
@@ -56,12 +57,26 @@ def split_stamp(line: str) -> tuple[int | None, str]:
     return (key, text) if key is not None else (None, line)
 
 
-class LogCursor:
-    """How far a pod's log has been emitted: the last timestamp and how many emitted lines carry it."""
+def stamp_text(key: int) -> str:
+    """A timestamp key as the ISO text of a log record's ``timestamp`` (microseconds, ``Z``)."""
+    seconds, nanos = divmod(key, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=nanos // 1000)
+    return moment.isoformat().replace("+00:00", "Z")
 
-    def __init__(self) -> None:
-        self.key: int | None = None
-        self.count = 0
+
+class LogCursor:
+    """How far a pod's log has been emitted: the last timestamp and how many emitted lines carry it.
+
+    ``[key, count]`` (:meth:`state`) is what a trigger persists, so that its next instance (after a triggerer
+    restart) resumes the pod's log where this one stopped.
+    """
+
+    def __init__(self, state: Sequence[int] | None = None) -> None:
+        self.key: int | None = int(state[0]) if state else None
+        self.count = int(state[1]) if state else 0
+
+    def state(self) -> list[int] | None:
+        return None if self.key is None else [self.key, self.count]
 
     def since(self) -> datetime | None:
         """Where a re-read starts (the API takes whole seconds; :meth:`session` drops what was emitted)."""
@@ -96,7 +111,15 @@ class LogCursor:
 class _Pod:
     """What the streamer knows about one followed pod."""
 
-    def __init__(self, name: str, prefix: str, container: str, pod: dict[str, Any], tail: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        prefix: str,
+        container: str,
+        pod: dict[str, Any],
+        tail: int,
+        cursor: Sequence[int] | None = None,
+    ) -> None:
         self.name = name
         self.prefix = prefix
         self.container = container
@@ -104,7 +127,7 @@ class _Pod:
         self.uid = _uid(pod)
         self.deleted = False
         self.changed = asyncio.Event()
-        self.cursor = LogCursor()
+        self.cursor = LogCursor(cursor)
         self.restarts_read: int | None = None  # restartCount when we last caught up on instances
         # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
         self.unread: str | None = "its log was not read"
@@ -153,6 +176,12 @@ class ReplicaLogStreamer:
     and returns a note for each pod whose log could not be read to its end).
     :meth:`tail` keeps the last ``tail_lines`` lines of each pod for failure messages. ``note`` (default:
     ``emit``) gets the one line saying which replicas are followed.
+
+    ``resume``: the :meth:`cursors` of an earlier streamer of the same job (a trigger before a triggerer
+    restart): each pod goes on after its last emitted line. ``mark_until``: lines stamped at or before this
+    key (ns) are marked as possibly repeated (the earlier streamer's cursors were not its last ones).
+    ``pod_times``: ``emit`` is called with ``timestamp=`` the line's own (kubelet) time, so the log record
+    carries the time the replica wrote it.
     """
 
     def __init__(
@@ -163,11 +192,14 @@ class ReplicaLogStreamer:
         job_name: str,
         *,
         replicas: ReplicaChoice = "deciding",
-        emit: Callable[[str], None],
+        emit: Callable[..., None],
         tail_lines: int = 50,
         hub: WatchHub | None = None,
         retry_interval: float = 2.0,
         note: Callable[[str], None] | None = None,
+        resume: Mapping[str, Sequence[int]] | None = None,
+        mark_until: int | None = None,
+        pod_times: bool = False,
     ) -> None:
         self.hook = hook
         self.kind = kind
@@ -178,6 +210,10 @@ class ReplicaLogStreamer:
         self.tail_lines = tail_lines
         self.hub = hub
         self.retry_interval = retry_interval
+        self.resume = dict(resume or {})
+        self.mark_until = mark_until
+        self.pod_times = pod_times
+        self.emitted = 0  # lines emitted so far: tells a persister whether the cursors moved
         self._pods: dict[str, _Pod] = {}
         self._replaced: list[_Pod] = []  # earlier incarnations of a pod name, not read to their end
         self._gaps: list[str] = []
@@ -196,6 +232,14 @@ class ReplicaLogStreamer:
     def pod_names(self) -> list[str]:
         """The pods followed so far."""
         return list(self._pods)
+
+    def cursors(self) -> dict[str, list[int]]:
+        """Each pod incarnation's cursor by pod uid (JSON-friendly): the ``resume`` of a next streamer."""
+        found = {uid: list(state) for uid, state in self.resume.items()}
+        for pod in self._pods.values():
+            if (state := pod.cursor.state()) is not None:
+                found[pod.uid or pod.name] = state
+        return found
 
     def _selectors(self) -> tuple[str, ...]:
         return replica_selectors(self.kind, self.job_name, master=self.replicas == "master")
@@ -266,7 +310,8 @@ class ReplicaLogStreamer:
         if not self._wanted(replica.replica_type):
             return None
         container = _container_name(pod, self.kind.default_container)
-        state = _Pod(name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines)
+        resumed = self.resume.get(_uid(pod) or name)
+        state = _Pod(name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines, resumed)
         known = self._pods.get(name)
         if known is not None:  # deleted and created again under the same name (operators recreate pods)
             known.update(None)
@@ -374,7 +419,7 @@ class ReplicaLogStreamer:
             async for line in lines:
                 key, text = split_stamp(line)
                 if fresh(key):
-                    self._emit(pod, text)
+                    self._emit(pod, text, key)
                     emitted += 1
                 await step.pause()
         except Exception as err:
@@ -408,12 +453,17 @@ class ReplicaLogStreamer:
         for line in _lines(text):
             key, body = split_stamp(line)
             if fresh(key):
-                self._emit(pod, body)
+                self._emit(pod, body, key)
             await step.pause()
 
-    def _emit(self, pod: _Pod, text: str) -> None:
+    def _emit(self, pod: _Pod, text: str, key: int | None = None) -> None:
         pod.tail.append(text)
-        self.emit(pod.prefix + text)
+        self.emitted += 1
+        mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""
+        if self.pod_times and key is not None:
+            self.emit(pod.prefix + mark + text, timestamp=stamp_text(key))
+        else:
+            self.emit(pod.prefix + mark + text)
 
 
 class _Steps:

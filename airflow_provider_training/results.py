@@ -59,6 +59,27 @@ def build_result(event: Event) -> dict[str, Any]:
     }
 
 
+def result_line(result: Mapping[str, Any]) -> str:
+    """The last line a successful task logs: ``PyTorchJob default/mnist is Succeeded``."""
+    return f"{job_label(result)} is {result.get('state')}"
+
+
+def finish_deletion(event: Event, on_finish_action: str) -> str | None:
+    """Why the job is deleted once the wait ended (``None``: it is kept): a timed-out job always, a finished
+    one as ``on_finish_action`` says; after an ``error`` event (the wait broke, not the job) it is kept."""
+    state = (event.get("job_status") or {}).get("state")
+    if not event.get("job"):
+        return None
+    if event.get("status") == "timeout":
+        return "timeout"
+    deletes = on_finish_action == "delete" or (
+        on_finish_action == "delete_succeeded" and state == "Succeeded"
+    )
+    if state in ("Succeeded", "Failed") and deletes:
+        return f"on_finish_action={on_finish_action!r}"
+    return None
+
+
 def failure_message(event: Event) -> str:
     """A multi-line explanation of a failed, timed out, deleted or broken wait."""
     job = event.get("job") or {}

@@ -49,6 +49,8 @@ class WaitOptions:
     log_replicas: str | list[str] = "master"
     uid: str | None = None
     allow_missing: bool = False
+    log_resume: Mapping[str, Any] | None = None  # ReplicaLogStreamer.cursors() of a previous trigger
+    log_mark_until: int | None = None  # lines stamped up to this key may repeat (marked)
 
 
 class _Finished(Exception):
@@ -308,7 +310,15 @@ class JobWaiter:
             self.name,
             replicas=self.opts.log_replicas,
             emit=self.log.info,
+            resume=self.opts.log_resume,
+            mark_until=self.opts.log_mark_until,
+            pod_times=True,
         )
+
+    @property
+    def streamer(self) -> Any:
+        """The replica log streamer (``None`` before the wait started or without ``get_logs``)."""
+        return self._streamer
 
     async def _event(self, done: _Finished) -> dict[str, Any]:
         status = done.job_status or self.status

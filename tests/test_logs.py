@@ -14,7 +14,7 @@ from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.logs import LogCursor, ReplicaLogStreamer, split_stamp, stamp_key
+from airflow_provider_training.logs import LogCursor, ReplicaLogStreamer, split_stamp, stamp_key, stamp_text
 from airflow_provider_training.watch import WatchHub
 from tests.hooks.family_objects import (
     create_edl_children,
@@ -446,3 +446,48 @@ async def test_scripted_pytorchjob_with_a_crashing_worker(tmp_path, monkeypatch)
     assert master_lines == ["[master-0] m working", "[master-0] m done"]
     worker_lines = [line for line in lines if line.startswith("[worker-0]")]
     assert worker_lines == ["[worker-0] w crashed", "[worker-0] w working", "[worker-0] w done"]
+
+
+async def test_a_streamer_resumes_from_an_earlier_streamers_cursors(env):
+    """What a trigger restarted by another triggerer does: it goes on after the last emitted line, also
+    within lines that share a timestamp, and marks lines up to ``mark_until`` as possibly repeated."""
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "a\nb\nc\n")  # one timestamp for three lines
+    first = Streaming(hook)
+    await first.wait_for(3)
+    first.task.cancel()  # killed: no final flush
+    await asyncio.gather(first.task, return_exceptions=True)
+    cursors = first.streamer.cursors()
+    uid = cluster.store.get(rtype(cluster, PODS), "default", master)["metadata"]["uid"]
+    assert list(cursors) == [uid] and cursors[uid][1] == 3
+
+    cluster.logs.write("default", master, C, "d\n")
+    stamp = split_stamp((await hook.read_log("default", master, C, timestamps=True)).splitlines()[-1])[0]
+    cluster.logs.write("default", master, C, "e\n")
+    second = Streaming(hook, resume=json.loads(json.dumps(cursors)), mark_until=stamp)
+    await second.wait_for(2)
+    assert await second.stop() == ["[master-0] (may repeat) d", "[master-0] e"]
+    assert second.streamer.cursors()[uid][0] > cursors[uid][0]
+
+
+async def test_lines_are_emitted_with_the_kubelet_time(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "a\n")
+    records: list[tuple[str, str]] = []
+    streamer = ReplicaLogStreamer(
+        hook,
+        PYTORCH,
+        "default",
+        "job",
+        emit=lambda line, timestamp: records.append((line, timestamp)),
+        hub=WatchHub(),
+        pod_times=True,
+    )
+    await streamer.stop()
+    text = await hook.read_log("default", master, C, timestamps=True)
+    key = stamp_key(text.split(" ", 1)[0])
+    assert key is not None
+    assert records == [("[master-0] a", stamp_text(key))]
+    assert stamp_text(key).endswith("Z") and len(stamp_text(key)) == len("2026-12-01T00:00:00.000000Z")

@@ -34,7 +34,13 @@ from airflow_provider_training.params import (
     check_seconds,
     check_text,
 )
-from airflow_provider_training.results import TrainingJobError, build_result, failure_message
+from airflow_provider_training.results import (
+    TrainingJobError,
+    build_result,
+    failure_message,
+    finish_deletion,
+    result_line,
+)
 from airflow_provider_training.submission import JobSubmitter
 
 if TYPE_CHECKING:
@@ -193,6 +199,12 @@ class TrainingJobOperator(BaseOperator):
             poll_interval=self.poll_interval,
             status_grace_period=status_grace_period(),
             on_kill_action=self.on_kill_action,
+            # A deferred success ends the task in the triggerer (the trigger does execute_complete's
+            # success work): no second worker, and no resumed try for the scheduler's executor-event race
+            # (apache/airflow#72716) to fail. Inline (sync mode, dag.test()) the trigger returns the event.
+            end_from_trigger=self.deferrable,
+            on_finish_action=self.on_finish_action,
+            push_result=self.do_xcom_push,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
@@ -202,21 +214,12 @@ class TrainingJobOperator(BaseOperator):
         (the wait broke, not the job) the job is kept.
         """
         self._job_ref = ref = dict(event.get("job") or self._job_ref or {})
-        status = event.get("status")
-        state = (event.get("job_status") or {}).get("state")
-        finish_deletes = self.on_finish_action == "delete" or (
-            self.on_finish_action == "delete_succeeded" and state == "Succeeded"
-        )
-        if ref and status == "timeout":
-            self._delete(ref, "timeout")
-        elif ref and state in ("Succeeded", "Failed") and finish_deletes:
-            self._delete(ref, f"on_finish_action={self.on_finish_action!r}")
-        if status != "success":
+        if why := finish_deletion({**event, "job": ref}, self.on_finish_action):
+            self._delete(ref, why)
+        if event.get("status") != "success":
             raise TrainingJobError(failure_message(event), event)
         result = build_result(event)
-        self.log.info(
-            "%s %s/%s is %s", ref.get("kind"), ref.get("namespace"), ref.get("name"), result["state"]
-        )
+        self.log.info(result_line(result))
         return result
 
     def _delete(self, ref: Mapping[str, Any], why: str) -> None:

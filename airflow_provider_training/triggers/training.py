@@ -22,13 +22,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from airflow_provider_training.kinds.base import JobState, parse_time
 from airflow_provider_training.offloop import import_off_loop
-from airflow_provider_training.params import DECIDING, ON_KILL_ACTIONS, TARGET_STATES, check_choice
+from airflow_provider_training.params import (
+    DECIDING,
+    ON_FINISH_ACTIONS,
+    ON_KILL_ACTIONS,
+    TARGET_STATES,
+    check_choice,
+)
 
 # What run() and on_kill() use: imported in a thread before they first need it (seconds for the Kubernetes
 # client), not on the triggerer's loop; this module itself stays cheap to import (the triggerer imports it
@@ -40,9 +46,14 @@ RUNTIME_MODULES = (
     "airflow_provider_training.hooks.training",
     "airflow_provider_training.kinds.registry",
     "airflow_provider_training.logs",
+    "airflow_provider_training.results",
+    "airflow_provider_training.triggers.log_position",
     "airflow_provider_training.waiting",
     "airflow_provider_training.watch",
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_training.triggers.log_position import LogPosition
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -62,6 +73,15 @@ class TrainingJobTrigger(BaseTrigger):
     :param allow_missing: keep waiting while the job does not exist yet (sensors).
     :param on_kill_action: what ``on_kill()`` (a user acted on the deferred task) does with the job:
         ``delete`` it (and its cleanup children) or ``keep`` it.
+    :param end_from_trigger: on success, end the task from the triggerer (``TaskSuccessEvent``) instead of
+        resuming it on a worker: apply ``on_finish_action``, log the final line and push the result as the
+        ``return_value`` XCom (when ``push_result``). Failures always resume the worker.
+    :param on_finish_action: ``keep``, ``delete`` or ``delete_succeeded``, applied when ending the task here.
+    :param push_result: push the result XCom when ending the task here (the operator's ``do_xcom_push``).
+
+    With ``get_logs`` in a triggerer, the replica log position is saved in the task instance's XCom
+    ``training_log_position`` (see :mod:`~airflow_provider_training.triggers.log_position`), so a trigger
+    restarted by another triggerer goes on after the last emitted line.
 
     ``cleanup()`` is left as the base no-op on purpose: it also runs when the triggerer restarts, and must
     never delete the job.
@@ -85,10 +105,14 @@ class TrainingJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         allow_missing: bool = False,
         on_kill_action: str = "delete",
+        end_from_trigger: bool = False,
+        on_finish_action: str = "keep",
+        push_result: bool = True,
     ):
         super().__init__()
         check_choice("target_state", target_state, TARGET_STATES)
         check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
+        check_choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
         self.kind = kind
         self.api_version = api_version
         self.job_name = job_name
@@ -104,6 +128,9 @@ class TrainingJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.allow_missing = allow_missing
         self.on_kill_action = on_kill_action
+        self.end_from_trigger = end_from_trigger
+        self.on_finish_action = on_finish_action
+        self.push_result = push_result
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -124,6 +151,9 @@ class TrainingJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "allow_missing": self.allow_missing,
                 "on_kill_action": self.on_kill_action,
+                "end_from_trigger": self.end_from_trigger,
+                "on_finish_action": self.on_finish_action,
+                "push_result": self.push_result,
             },
         )
 
@@ -141,6 +171,8 @@ class TrainingJobTrigger(BaseTrigger):
         await import_off_loop(*RUNTIME_MODULES)
         from airflow_provider_training.waiting import JobWaiter, WaitOptions
 
+        position = self._log_position()
+        resume, mark_until = await position.load() if position is not None else (None, None)
         options = WaitOptions(
             target=JobState(self.target_state),
             deadline=parse_time(self.deadline),
@@ -151,17 +183,56 @@ class TrainingJobTrigger(BaseTrigger):
             log_replicas=self.log_replicas,
             uid=self.uid,
             allow_missing=self.allow_missing,
+            log_resume=resume,
+            log_mark_until=mark_until,
         )
         if (orphaned := await self._killed_while_away()) is not None:
             yield TriggerEvent(orphaned)
             return
         hook = self._hook()
+        waiter = JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, self.log)
+
+        def cursors() -> dict[str, Any] | None:
+            return waiter.streamer.cursors() if waiter.streamer is not None else None
+
+        saver = asyncio.create_task(position.keep(cursors)) if position is not None else None
         try:
-            waiter = JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, self.log)
             event = await waiter.wait()
+            if self._ends_task(event):
+                yield await self._success(hook, event)
+                return
         finally:
+            if saver is not None and position is not None:
+                saver.cancel()
+                await asyncio.gather(saver, return_exceptions=True)
+                await position.save_final(cursors())
             await hook.close()
         yield TriggerEvent(event)
+
+    def _log_position(self) -> LogPosition | None:
+        """Where this try's replica logs stopped, saved in its XCom; only in a triggerer (which sets
+        ``task_instance``), never in the sync mode or ``dag.test()`` (which run the trigger inline)."""
+        if not self.get_logs or self.task_instance is None:
+            return None
+        from airflow_provider_training.triggers.log_position import LogPosition
+
+        return LogPosition(self.task_instance, self.log)
+
+    def _ends_task(self, event: dict[str, Any]) -> bool:
+        """Whether this success ends the task here (``end_from_trigger``, in a triggerer)."""
+        return self.end_from_trigger and self.task_instance is not None and event.get("status") == "success"
+
+    async def _success(self, hook: Any, event: dict[str, Any]) -> TaskSuccessEvent:
+        """What the operator's ``execute_complete`` does on success, so no worker has to resume: the
+        ``on_finish_action`` delete, the final log line and the XCom result."""
+        from airflow_provider_training.results import build_result, finish_deletion, result_line
+
+        if why := finish_deletion(event, self.on_finish_action):
+            self.log.info("Deleting %s %s/%s (%s)", self.kind, self.namespace, self.job_name, why)
+            await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
+        result = build_result(event)
+        self.log.info(result_line(result))
+        return TaskSuccessEvent(xcoms={"return_value": result} if self.push_result else None)
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: delete the job and its cleanup children, unless ``keep``.

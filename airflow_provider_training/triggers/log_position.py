@@ -1,0 +1,101 @@
+"""Where a deferred task's replica logs stopped, kept in its task instance's XCom across triggerer restarts.
+
+A trigger's streamer keeps a cursor per pod (:class:`~airflow_provider_training.logs.LogCursor`).
+:class:`LogPosition` saves those cursors under the XCom key ``training_log_position`` of the trigger's own
+task instance, through the Task SDK comms the triggerer gives triggers (``XCom.aset`` / ``XCom.aget_one``),
+so the trigger instance a restarted (or another) triggerer starts goes on after the last line instead of
+from the start.
+
+Saving is debounced: at most one write every :data:`SAVE_SECONDS`, in a task of its own (the event loop is
+never blocked), and one last write when the trigger ends, is cancelled or its triggerer shuts down. A
+periodic write carries the cursors of the *previous* tick, so every line it counts has had a full tick to
+reach the log file (lines and requests travel on different sockets). A triggerer killed without notice
+(SIGKILL, a lost node) saves nothing at the end: the next trigger then re-reads from the last periodic
+write, so lines emitted up to about ``2 * SAVE_SECONDS`` before the kill may appear again; they are marked
+with :data:`~airflow_provider_training.logs.REPEAT_MARK` and a note says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_training.logs import stamp_text
+
+XCOM_KEY = "training_log_position"
+SAVE_SECONDS = 1.0
+SAVE_TIMEOUT = 5.0
+FINAL_SAVE_TIMEOUT = 2.0  # at shutdown the triggerer's comms reader is gone: the write goes, no reply comes
+
+
+class LogPosition:
+    """Loads and saves one trigger's log cursors; ``ti`` is the trigger's ``task_instance``."""
+
+    def __init__(self, ti: Any, log: Any) -> None:
+        self.ti = ti
+        self.log = log
+        self._saved: dict[str, Any] | None = None
+        self._warned = False
+
+    def _where(self) -> dict[str, Any]:
+        ti = self.ti
+        return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index}
+
+    async def load(self) -> tuple[dict[str, Any] | None, int | None]:
+        """The cursors saved by an earlier trigger of this try, and up to which line time (ns) lines may
+        repeat (``None`` when that trigger saved its last position)."""
+        from airflow.sdk.execution_time.xcom import XCom
+
+        try:
+            saved = await asyncio.wait_for(XCom.aget_one(key=XCOM_KEY, **self._where()), SAVE_TIMEOUT)
+        except Exception as err:
+            self.log.warning("Could not read the saved log position (%s); streaming from the start", err)
+            return None, None
+        if not isinstance(saved, dict) or not isinstance(saved.get("cursors"), dict):
+            return None, None
+        self._saved = {"cursors": saved["cursors"], "final": bool(saved.get("final"))}
+        if saved.get("final"):
+            self.log.info("Resuming the replica logs where the previous trigger stopped")
+            return saved["cursors"], None
+        until = int(saved.get("saved_at") or 0) + int(2 * SAVE_SECONDS * 1e9)
+        self.log.warning(
+            "Resuming the replica logs after a triggerer that stopped without saving its position: lines "
+            "stamped up to %s may appear twice; they are marked '(may repeat)'",
+            stamp_text(until),
+        )
+        return saved["cursors"], until
+
+    async def keep(self, cursors: Callable[[], dict[str, Any] | None]) -> None:
+        """Save every :data:`SAVE_SECONDS` while the cursors move, one tick behind; runs until cancelled."""
+        previous = cursors()
+        while True:
+            await asyncio.sleep(SAVE_SECONDS)
+            current = cursors()
+            if previous is not None and (previous != current or not self._is_saved(previous, final=False)):
+                await self._save(previous, final=False)
+            previous = current
+
+    async def save_final(self, cursors: dict[str, Any] | None) -> None:
+        """The last write: every line counted has been emitted (the trigger ended or was cancelled)."""
+        if cursors is not None and not self._is_saved(cursors, final=True):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._save(cursors, final=True), FINAL_SAVE_TIMEOUT)
+
+    def _is_saved(self, cursors: dict[str, Any], *, final: bool) -> bool:
+        return self._saved == {"cursors": cursors, "final": final}
+
+    async def _save(self, cursors: dict[str, Any], *, final: bool) -> None:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        value = {"cursors": cursors, "final": final, "saved_at": time.time_ns()}
+        try:
+            await asyncio.wait_for(XCom.aset(key=XCOM_KEY, value=value, **self._where()), SAVE_TIMEOUT)
+        except Exception as err:
+            if not self._warned:
+                self._warned = True
+                self.log.warning("Could not save the log position (%s); a restart may repeat lines", err)
+            return
+        self._saved = {"cursors": cursors, "final": final}
