@@ -7,8 +7,11 @@ Load them with ``pytest_plugins = ["airflow_provider_training.testing"]`` in a `
 - ``localkube_conn``: the id of an Airflow ``kubernetes`` connection (``kubernetes_default``) pointing at it;
 - ``localkube_async``: the same cluster started in the running loop of an async test.
 
-Override ``localkube_runtime`` ("scripted" or "process") or ``localkube_crd_dir`` (a directory of CRD YAMLs,
-to validate custom objects against their schemas) in your own conftest to change how the cluster starts.
+Override ``localkube_runtime`` ("scripted" or "process"), ``localkube_crd_dir`` (a directory of CRD YAMLs,
+to validate custom objects against their schemas) or ``localkube_namespaces`` (namespaces to create besides
+``default``, ``kube-system``, ``kube-public`` and ``kube-node-lease``) in your own conftest to change how the
+cluster starts. As on a real cluster, objects can only be created in namespaces that exist; a test can also
+call ``localkube.create_namespaces("team-a")``.
 """
 
 from __future__ import annotations
@@ -37,9 +40,20 @@ def localkube_crd_dir() -> str | None:
 
 
 @pytest.fixture
-def localkube(localkube_runtime: str, localkube_crd_dir: str | None, tmp_path: Path) -> Iterator[LocalKube]:
+def localkube_namespaces() -> tuple[str, ...]:
+    """Namespaces the ``localkube`` fixtures create besides the ones every cluster has."""
+    return ()
+
+
+@pytest.fixture
+def localkube(
+    localkube_runtime: str,
+    localkube_crd_dir: str | None,
+    localkube_namespaces: tuple[str, ...],
+    tmp_path: Path,
+) -> Iterator[LocalKube]:
     """A running localkube in a background thread, with ``.kubeconfig`` written under tmp_path."""
-    cluster = LocalKube(runtime=localkube_runtime, crd_dir=localkube_crd_dir)
+    cluster = LocalKube(runtime=localkube_runtime, crd_dir=localkube_crd_dir, namespaces=localkube_namespaces)
     with cluster:
         cluster.write_kubeconfig(tmp_path / "localkube.kubeconfig")
         yield cluster
@@ -68,9 +82,15 @@ else:
 
     @pytest_asyncio.fixture
     async def localkube_async(
-        localkube_runtime: str, localkube_crd_dir: str | None, tmp_path: Path
+        localkube_runtime: str,
+        localkube_crd_dir: str | None,
+        localkube_namespaces: tuple[str, ...],
+        tmp_path: Path,
     ) -> AsyncIterator[LocalKube]:
         """A localkube running in the test's own event loop (for async tests and triggers)."""
-        async with LocalKube(runtime=localkube_runtime, crd_dir=localkube_crd_dir) as cluster:
+        cluster = LocalKube(
+            runtime=localkube_runtime, crd_dir=localkube_crd_dir, namespaces=localkube_namespaces
+        )
+        async with cluster:
             cluster.write_kubeconfig(tmp_path / "localkube.kubeconfig")
             yield cluster

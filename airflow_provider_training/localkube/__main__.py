@@ -41,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--runtime", default="scripted", choices=("scripted", "process", "none"))
     serve.add_argument("--crd-dir", type=Path, help="validate custom objects against these CRD YAMLs")
     serve.add_argument("--no-controllers", action="store_true", help="serve the API only")
-    serve.add_argument("--namespace", default="default", help="the kubeconfig context's namespace")
+    serve.add_argument(
+        "--namespace", default="default", help="the kubeconfig context's namespace (created if need be)"
+    )
     fault = commands.add_parser("fault", help="program a fault into a running cluster")
     fault.add_argument("--kubeconfig", required=True, type=Path, help="the kubeconfig `serve` wrote")
     fault.add_argument("what", choices=COMMANDS)
@@ -64,6 +66,7 @@ async def _serve(args: argparse.Namespace) -> None:
         host=args.host,
         port=args.port,
         controllers=[] if args.no_controllers else None,
+        namespaces=(args.namespace,),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ from aiohttp import web
 from airflow_provider_training.localkube.faults import Faults
 from airflow_provider_training.localkube.kubeconfig import write_kubeconfig
 from airflow_provider_training.localkube.podlogs import PodLogs
-from airflow_provider_training.localkube.resources import ResourceType
+from airflow_provider_training.localkube.resources import NAMESPACES, ResourceType
 from airflow_provider_training.localkube.server import RequestRecord, build_app
 from airflow_provider_training.localkube.store import ApiError, Store
 
@@ -27,6 +27,8 @@ class LocalKube:
 
     `controllers`: None starts `localkube.controllers.default_controllers()`; pass `[]` for none.
     `runtime`: "scripted" | "process"; None or "none" starts no pod runtime.
+    `namespaces`: created besides the ones every cluster has (default, kube-system, kube-public,
+    kube-node-lease); like a real server, localkube answers 404 for an object in any other namespace.
     """
 
     def __init__(
@@ -40,6 +42,7 @@ class LocalKube:
         controllers: list | None = None,
         history_size: int = 1000,
         bookmark_interval: float = 5.0,
+        namespaces: tuple[str, ...] | list[str] = (),
     ) -> None:
         self.runtime = runtime
         self.host, self.port = host, port
@@ -61,6 +64,16 @@ class LocalKube:
         self._thread: threading.Thread | None = None
         if crd_dir is not None:
             self._load_crds(crd_dir)
+        self.create_namespaces(*namespaces)
+
+    def create_namespaces(self, *names: str) -> None:
+        """Create these namespaces (those that exist already are left as they are); thread-safe."""
+        for name in names:
+            try:
+                self.store.create(NAMESPACES, "", {"metadata": {"name": name}})
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
 
     # -- schema --------------------------------------------------------------------------------------------
     def _load_crds(self, crd_dir: str | Path) -> None:

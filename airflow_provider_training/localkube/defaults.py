@@ -10,10 +10,10 @@ defaults belong to the schema validator).
 
 Two deliberate differences: a Job template's pod `restartPolicy` is not defaulted (the real server would
 default it to `Always` and then refuse the Job; localkube accepts the Job and leaves the field unset), and
-nothing is validated beyond what a conversion needs, except that a create request for a pod without
-containers, or for a ReplicaSet or Job whose pod template has none, is refused (`require_containers`, 422
-`spec.containers: Required value`): a pod runtime cannot run a pod without. Objects written into the store
-directly (by controllers and tests) are not checked.
+nothing is validated beyond what a conversion needs, except that a pod without containers, or a ReplicaSet
+or Job whose pod template has none, is refused (`require_containers`, 422 `spec.containers: Required
+value`): a pod runtime cannot run a pod without. The store applies it to every create and update, also to
+objects controllers write directly, as the real server refuses a controller's API request.
 """
 
 from __future__ import annotations

@@ -54,12 +54,10 @@ class ApiError(Exception):
 
     @classmethod
     def not_found(cls, rt: ResourceType, name: str) -> ApiError:
-        return cls(
-            404,
-            "NotFound",
-            f'{rt.key} "{name}" not found',
-            {"name": name, "group": rt.group, "kind": rt.plural},
-        )
+        details = {"name": name, "group": rt.group, "kind": rt.plural}
+        if not rt.group:  # the real server omits an empty group (core kinds): {name, kind}
+            del details["group"]
+        return cls(404, "NotFound", f'{rt.key} "{name}" not found', details)
 
     @classmethod
     def bad_request(cls, message: str) -> ApiError:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from airflow_provider_training.localkube import resources as discovery
-from airflow_provider_training.localkube.defaults import require_containers
 from airflow_provider_training.localkube.faults import (
     END_WATCH,
     EXPIRE_WATCH,
@@ -204,7 +203,6 @@ class _Api:
             )
         if request.method == "POST" and (namespace is not None or not rt.namespaced):
             body = await self._body(request)
-            require_containers(rt, body)
             return json_response(self.store.create(rt, namespace or "", body), 201)
         if request.method == "DELETE":
             options = await self._body(request, optional=True)

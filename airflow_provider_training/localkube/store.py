@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_training.localkube.copying import clone
-from airflow_provider_training.localkube.defaults import apply_on_write
+from airflow_provider_training.localkube.defaults import apply_on_write, require_containers
 from airflow_provider_training.localkube.errors import ApiError, check_name
 from airflow_provider_training.localkube.patches import (
     STRATEGIC,
@@ -46,6 +46,9 @@ _SERVER_FIELDS = (
     "namespace",
     "name",
 )
+# The namespaces a new cluster has; the first three the NamespaceLifecycle admission never lets go.
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+IMMORTAL_NAMESPACES = frozenset(SYSTEM_NAMESPACES[:3])
 EXPIRED_CONTINUE_MSG = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new "
     "list without the continue parameter, or use the continue token in this response to retrieve the "
@@ -196,11 +199,12 @@ class Store:
 
     # -- types ---------------------------------------------------------------------------------------------
     def register(self, rt: ResourceType) -> None:
-        """Serve `rt`; serving namespaces creates the `default` one, as every cluster has it."""
+        """Serve `rt`; serving namespaces creates the ones every cluster has (`SYSTEM_NAMESPACES`)."""
         with self._lock:
             self._types[(rt.group, rt.version, rt.plural)] = rt
-            if rt == NAMESPACES and self._objects.get(rt, ("", "default")) is None:
-                self.create(rt, "", {"metadata": {"name": "default"}})
+            for name in SYSTEM_NAMESPACES if rt == NAMESPACES else ():
+                if self._objects.get(rt, ("", name)) is None:
+                    self.create(rt, "", {"metadata": {"name": name}})
 
     def resource_type(self, group: str, version: str, plural: str) -> ResourceType:
         try:
@@ -304,7 +308,11 @@ class Store:
 
     # -- writes --------------------------------------------------------------------------------------------
     def create(self, rt: ResourceType, namespace: str, obj: dict) -> dict:
+        """Create, admitted as by the real server (also for controllers, which write here directly): 404 for
+        a namespace that does not exist, 422 for a pod (or pod template) without containers."""
         obj = clone(obj)
+        self._check_namespace(rt, namespace)
+        require_containers(rt, obj)
         meta = obj.setdefault("metadata", {})
         if rt.namespaced and meta.get("namespace") not in (None, "", namespace):
             raise ApiError.bad_request(
@@ -340,6 +348,13 @@ class Store:
             self._objects.put(rt, obj)
             self._publish("ADDED", rt, obj)
             return clone(obj)
+
+    def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
+        """The NamespaceLifecycle admission: objects go only into namespaces that exist (when served)."""
+        with self._lock:
+            served = _gvp(NAMESPACES) in self._types
+            if rt.namespaced and served and self._objects.get(NAMESPACES, ("", namespace)) is None:
+                raise ApiError.not_found(NAMESPACES, namespace)
 
     def _validate(self, rt: ResourceType, obj: dict) -> dict:
         return self.validator(rt, obj) if self.validator else obj
@@ -428,6 +443,7 @@ class Store:
     def _commit(self, rt: ResourceType, current: dict, new: dict, *, validate: bool = True) -> dict:
         new = apply_on_write(rt, new, creating=False)
         if validate:
+            require_containers(rt, new)
             new = self._validate(rt, new)
         if new == current:
             return clone(current)
@@ -457,6 +473,13 @@ class Store:
         with self._lock:
             current = self._raw(rt, namespace, name)
             _check_preconditions(rt, current, preconditions or {})
+            if rt == NAMESPACES and name in IMMORTAL_NAMESPACES:
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                    {"name": name, "kind": "namespaces"},
+                )
             return clone(self._delete(rt, current, policy))
 
     def delete_collection(

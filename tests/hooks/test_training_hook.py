@@ -177,7 +177,11 @@ async def test_delete_job_propagates_and_cleans_children(kube, hook):
     for name, job in (("cm-mine", "parent"), ("cm-other", "other")):
         configmap = {"metadata": {"name": name, "labels": {"job": job}}}
         kube.store.create(rtype(kube, CONFIGMAPS), "default", configmap)
-    batch = {"metadata": {"name": "trainer", "labels": {"job": "parent"}}, "spec": {"template": {"spec": {}}}}
+    pod_spec = {"containers": [{"name": "trainer", "image": "busybox"}]}
+    batch = {
+        "metadata": {"name": "trainer", "labels": {"job": "parent"}},
+        "spec": {"template": {"spec": pod_spec}},
+    }
     kube.store.create(rtype(kube, BATCH_JOBS), "default", batch)
 
     children = await hook.list_children(kind, "parent", "default")

@@ -17,6 +17,7 @@ from airflow_provider_training.testing import (  # noqa: F401
     localkube_async,
     localkube_conn,
     localkube_crd_dir,
+    localkube_namespaces,
     localkube_runtime,
 )
 

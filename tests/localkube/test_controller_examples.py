@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.localkube.test_controller_support import (
     MPI_TENSORFLOW_MNIST,
     MXNET_DIST,
@@ -22,6 +24,13 @@ from tests.localkube.test_controller_support import (
 )
 
 __all__ = ["kc"]
+
+
+@pytest.fixture
+def localkube_namespaces() -> tuple[str, ...]:
+    """Several upstream examples name the `kubeflow` namespace; a real cluster must have it too."""
+    return ("kubeflow",)
+
 
 TYPE, INDEX, ROLE = (
     "training.kubeflow.org/replica-type",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_training.localkube.resources import PODS, SERVICES
+from airflow_provider_training.localkube.resources import NAMESPACES, PODS, SERVICES
 from airflow_provider_training.localkube.runtime.network import LocalNetwork
 from airflow_provider_training.localkube.store import Store
 from tests.localkube.test_controller_support import KubeClient, job, kc, replica
@@ -226,6 +226,7 @@ def test_deleting_the_pod_kills_its_process_group(kc: KubeClient, tmp_path: Path
 # -- address rewriting (no server) ----------------------------------------------------------------------
 def _store_with(*names: str, pods: tuple[str, ...] = ()) -> Store:
     store = Store()
+    store.create(NAMESPACES, "", {"metadata": {"name": "ns"}})
     for name in names:
         store.create(SERVICES, "ns", {"metadata": {"name": name}, "spec": {"clusterIP": "None"}})
     for name in pods:

@@ -91,7 +91,8 @@ def test_create_get_and_create_errors(custom: client.CustomObjectsApi) -> None:
     assert generated["metadata"]["name"].startswith("gen-")
 
 
-def test_list_with_selectors_and_cluster_wide(custom: client.CustomObjectsApi) -> None:
+def test_list_with_selectors_and_cluster_wide(kube: LocalKube, custom: client.CustomObjectsApi) -> None:
+    kube.create_namespaces("other")
     create(custom, pytorchjob("a", team="x"))
     create(custom, pytorchjob("b", team="y"))
     create(custom, pytorchjob("c"), namespace="other")

@@ -103,23 +103,26 @@ def test_no_secret_value_in_localkube_logs_or_request_records(
     assert "/secrets" in recorded and VALUE not in recorded and ENCODED not in recorded
 
 
-def test_namespaces_are_cluster_scoped_and_default_exists(core: client.CoreV1Api) -> None:
+SYSTEM = ["default", "kube-node-lease", "kube-public", "kube-system"]  # what a new cluster has
+
+
+def test_namespaces_are_cluster_scoped_and_the_system_ones_exist(core: client.CoreV1Api) -> None:
     assert core.read_namespace("default").status.phase == "Active"
     created = core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="team")))
     assert created.metadata.labels == {"kubernetes.io/metadata.name": "team"}
     assert (created.spec.finalizers, created.status.phase) == (["kubernetes"], "Active")
     assert created.metadata.namespace is None
     names = [ns.metadata.name for ns in core.list_namespace(field_selector="status.phase=Active").items]
-    assert names == ["default", "team"]
+    assert names == [*SYSTEM, "team"]
     assert core.read_namespace_status("team").status.phase == "Active"
 
     stream = watch.Watch()
     seen = []
     for event in stream.stream(core.list_namespace, timeout_seconds=10):
         seen.append((event["type"], event["object"].metadata.name))
-        if len(seen) == 2:
+        if len(seen) == 5:
             stream.stop()
-    assert seen == [("ADDED", "default"), ("ADDED", "team")]
+    assert seen == [("ADDED", name) for name in [*SYSTEM, "team"]]
 
 
 def test_deleting_a_namespace_deletes_what_is_in_it(core: client.CoreV1Api) -> None:
@@ -128,7 +131,7 @@ def test_deleting_a_namespace_deletes_what_is_in_it(core: client.CoreV1Api) -> N
     core.create_namespaced_config_map("team", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
     core.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
     core.delete_namespace("team")
-    assert [ns.metadata.name for ns in core.list_namespace().items] == ["default"]
+    assert [ns.metadata.name for ns in core.list_namespace().items] == SYSTEM
     assert (
         core.list_namespaced_secret("team").items == []
         and core.list_namespaced_config_map("team").items == []
@@ -136,13 +139,44 @@ def test_deleting_a_namespace_deletes_what_is_in_it(core: client.CoreV1Api) -> N
     assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == ["c"]
 
 
-def test_objects_may_be_created_in_a_namespace_that_does_not_exist(core: client.CoreV1Api) -> None:
-    """Permissive on purpose: a real server answers 404 NotFound `namespaces "nowhere" not found`."""
-    core.create_namespaced_service_account(
-        "nowhere", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="sa"))
-    )
+def test_an_object_in_a_namespace_that_does_not_exist_is_not_found_as_on_a_real_server(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi
+) -> None:
+    """kubernetes-real-apiserver.md: a create in a missing namespace is 404 NotFound on kube-apiserver."""
+    account = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="sa"))
+    with pytest.raises(ApiException) as missing:
+        core.create_namespaced_service_account("nowhere", account)
+    assert missing.value.status == 404
+    assert json.loads(missing.value.body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'namespaces "nowhere" not found',
+        "reason": "NotFound",
+        "details": {"name": "nowhere", "kind": "namespaces"},
+        "code": 404,
+    }
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {}}
+    with pytest.raises(ApiException) as custom_missing:
+        custom.create_namespaced_custom_object("kubeflow.org", "v1", "nowhere", "pytorchjobs", job)
+    assert json.loads(custom_missing.value.body)["message"] == 'namespaces "nowhere" not found'
+    assert [ns.metadata.name for ns in core.list_namespace().items] == SYSTEM  # nothing made on the way
+
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="nowhere")))
+    core.create_namespaced_service_account("nowhere", account)
     assert [sa.metadata.name for sa in core.list_namespaced_service_account("nowhere").items] == ["sa"]
-    assert [ns.metadata.name for ns in core.list_namespace().items] == ["default"]
+
+
+def test_the_system_namespaces_may_not_be_deleted(core: client.CoreV1Api) -> None:
+    for name in ("default", "kube-system", "kube-public"):
+        with pytest.raises(ApiException) as refused:
+            core.delete_namespace(name)
+        body = json.loads(refused.value.body)
+        assert (refused.value.status, body["reason"]) == (403, "Forbidden")
+        assert body["message"] == f'namespaces "{name}" is forbidden: this namespace may not be deleted'
+    core.delete_namespace("kube-node-lease")  # not immortal on a real server either
+    assert [ns.metadata.name for ns in core.list_namespace().items] == SYSTEM[:1] + SYSTEM[2:]
 
 
 def test_wrong_scope_paths_are_not_found(api_client: client.ApiClient) -> None:

@@ -6,17 +6,18 @@ import asyncio
 
 import pytest
 
-from airflow_provider_training.localkube.resources import BATCH_JOBS, EVENTS, PODS, ResourceType
+from airflow_provider_training.localkube.resources import BATCH_JOBS, EVENTS, NAMESPACES, PODS, ResourceType
 from airflow_provider_training.localkube.store import ApiError, Store
 
 PYTORCH = ResourceType("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "pytorchjob")
+POD_SPEC = {"containers": [{"name": "main", "image": "busybox"}]}
 
 
 def job(name: str, **labels: str) -> dict:
     return {"metadata": {"name": name, "labels": labels}, "spec": {"replicas": 1}, "status": {"x": 1}}
 
 
-def owned(name: str, owner: dict) -> dict:
+def owned(name: str, owner: dict, spec: dict | None = None) -> dict:
     ref = {
         "apiVersion": owner["apiVersion"],
         "kind": owner["kind"],
@@ -24,12 +25,15 @@ def owned(name: str, owner: dict) -> dict:
         "uid": owner["metadata"]["uid"],
         "controller": True,
     }
-    return {"metadata": {"name": name, "ownerReferences": [ref]}, "spec": {"containers": []}}
+    return {"metadata": {"name": name, "ownerReferences": [ref]}, "spec": spec or POD_SPEC}
 
 
 @pytest.fixture
 def store() -> Store:
-    return Store(history_size=5)
+    store = Store(history_size=5)
+    for namespace in ("ns", "other"):
+        store.create(NAMESPACES, "", {"metadata": {"name": namespace}})
+    return store
 
 
 def test_create_sets_server_metadata_and_drops_custom_status(store: Store) -> None:
@@ -40,7 +44,7 @@ def test_create_sets_server_metadata_and_drops_custom_status(store: Store) -> No
     assert meta["resourceVersion"] == store.resource_version == str(before + 1)
     assert len(meta["uid"]) == 36 and meta["creationTimestamp"].endswith("Z")
     assert "status" not in created and created["apiVersion"] == "kubeflow.org/v1"
-    pod_status = store.create(PODS, "ns", {"metadata": {"name": "p"}})["status"]
+    pod_status = store.create(PODS, "ns", {"metadata": {"name": "p"}, "spec": POD_SPEC})["status"]
     assert pod_status == {"phase": "Pending", "qosClass": "BestEffort"}
 
 
@@ -80,7 +84,7 @@ def test_label_and_field_selectors(store: Store) -> None:
 
 
 def test_pod_phase_and_event_field_selectors(store: Store) -> None:
-    store.create(PODS, "ns", {"metadata": {"name": "p"}})
+    store.create(PODS, "ns", {"metadata": {"name": "p"}, "spec": POD_SPEC})
     store.update_status(PODS, "ns", "p", {"phase": "Running"})
     assert len(store.list(PODS, "ns", field_selector="status.phase=Running")) == 1
     store.create(EVENTS, "ns", {"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "p"}})
@@ -174,7 +178,7 @@ def test_delete_garbage_collects_and_orphans(store: Store) -> None:
     store.delete(PYTORCH, "ns", "a")
     assert store.list(PODS, "ns") == []
     owner = store.create(PYTORCH, "ns", job("b"))
-    store.create(BATCH_JOBS, "ns", owned("kept", owner))
+    store.create(BATCH_JOBS, "ns", owned("kept", owner, {"template": {"spec": POD_SPEC}}))
     store.delete(PYTORCH, "ns", "b", propagation_policy="Orphan")
     assert "ownerReferences" not in store.get(BATCH_JOBS, "ns", "kept")["metadata"]
 
@@ -205,18 +209,18 @@ async def test_watch_history_and_expiry(store: Store) -> None:
         event = await asyncio.wait_for(anext(sub), 5)
         assert event.type == "DELETED" and event.object["spec"] == {"replicas": 2}
     for i in range(6):
-        store.create(PODS, "ns", {"metadata": {"name": f"p{i}"}})
+        store.create(PODS, "ns", {"metadata": {"name": f"p{i}"}, "spec": POD_SPEC})
     with pytest.raises(ApiError) as expired:
         store.watch(PYTORCH, "ns", "1")
     assert expired.value.code == 410 and expired.value.message.startswith("too old resource version: 1 (")
 
 
 def test_secondary_index_follows_writes_and_deletes(store: Store) -> None:
-    store.create(PODS, "ns", {"metadata": {"name": "before", "labels": {"app": "x"}}, "spec": {}})
+    store.create(PODS, "ns", {"metadata": {"name": "before", "labels": {"app": "x"}}, "spec": POD_SPEC})
     store.add_index(PODS, "app", lambda obj: (obj["metadata"].get("labels") or {}).get("app"))
     store.add_index(PODS, "app", lambda obj: "ignored: the name is taken")
-    store.create(PODS, "ns", {"metadata": {"name": "after", "labels": {"app": "x"}}, "spec": {}})
-    store.create(PODS, "ns", {"metadata": {"name": "unlabelled"}, "spec": {}})
+    store.create(PODS, "ns", {"metadata": {"name": "after", "labels": {"app": "x"}}, "spec": POD_SPEC})
+    store.create(PODS, "ns", {"metadata": {"name": "unlabelled"}, "spec": POD_SPEC})
     assert [p["metadata"]["name"] for p in store.by_index(PODS, "app", "x")] == ["before", "after"]
     store.patch(
         PODS, "ns", "before", {"metadata": {"annotations": {"a": "b"}}}, "application/merge-patch+json"

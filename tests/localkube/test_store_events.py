@@ -12,7 +12,11 @@ from airflow_provider_training.localkube.resources import PODS
 
 
 def test_events_are_recorded_and_deduplicated(kube: LocalKube, core: client.CoreV1Api) -> None:
-    pod = kube.store.create(PODS, "default", {"metadata": {"name": "p"}, "spec": {"containers": []}})
+    pod = kube.store.create(
+        PODS,
+        "default",
+        {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
     first = record_event(
         kube.store, pod, "Warning", "BackOff", "Back-off restarting failed container", "kubelet"
     )
@@ -39,7 +43,11 @@ def _reasons(core: client.CoreV1Api, namespace: str = "default") -> list[tuple[s
 def test_deleting_an_event_through_the_api_starts_a_fresh_count(
     kube: LocalKube, core: client.CoreV1Api
 ) -> None:
-    pod = kube.store.create(PODS, "default", {"metadata": {"name": "p"}, "spec": {"containers": []}})
+    pod = kube.store.create(
+        PODS,
+        "default",
+        {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
     first = record_event(kube.store, pod, "Warning", "BackOff", "back-off", "kubelet")
     record_event(kube.store, pod, "Warning", "BackOff", "back-off", "kubelet")
     core.delete_namespaced_event(first["metadata"]["name"], "default")
@@ -51,7 +59,11 @@ def test_deleting_an_event_through_the_api_starts_a_fresh_count(
 def test_an_event_edited_through_the_api_is_found_by_its_new_message(
     kube: LocalKube, core: client.CoreV1Api
 ) -> None:
-    pod = kube.store.create(PODS, "default", {"metadata": {"name": "p"}, "spec": {"containers": []}})
+    pod = kube.store.create(
+        PODS,
+        "default",
+        {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
     first = record_event(kube.store, pod, "Normal", "Pulling", "old", "kubelet")
     core.patch_namespaced_event(first["metadata"]["name"], "default", {"message": "new"})
     bumped = record_event(kube.store, pod, "Normal", "Pulling", "new", "kubelet")
@@ -63,7 +75,7 @@ def test_an_event_edited_through_the_api_is_found_by_its_new_message(
 def test_events_outlive_their_object_and_a_namesake_gets_its_own(
     kube: LocalKube, core: client.CoreV1Api
 ) -> None:
-    spec = {"metadata": {"name": "p"}, "spec": {"containers": []}}
+    spec = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
     old = kube.store.create(PODS, "default", spec)
     record_event(kube.store, old, "Normal", "Scheduled", "assigned", "default-scheduler")
     core.delete_namespaced_pod("p", "default")
@@ -80,8 +92,11 @@ def test_each_namespace_keeps_its_newest_events(
     kube: LocalKube, core: client.CoreV1Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(events, "MAX_EVENTS_PER_NAMESPACE", 3)
+    kube.create_namespaces("other")
     pods = {
-        ns: kube.store.create(PODS, ns, {"metadata": {"name": "p"}, "spec": {"containers": []}})
+        ns: kube.store.create(
+            PODS, ns, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        )
         for ns in ("default", "other")
     }
     record_event(kube.store, pods["other"], "Normal", "Kept", "in another namespace", "kubelet")

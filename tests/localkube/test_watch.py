@@ -209,7 +209,12 @@ def test_concurrent_writers_reach_a_watcher_once_and_in_order(
     def writer(prefix: str) -> None:
         for i in range(20):
             kube.store.create(
-                PODS, "default", {"metadata": {"name": f"{prefix}-{i}"}, "spec": {"containers": []}}
+                PODS,
+                "default",
+                {
+                    "metadata": {"name": f"{prefix}-{i}"},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                },
             )
 
     threads = [threading.Thread(target=writer, args=(p,)) for p in ("a", "b")]

@@ -32,6 +32,7 @@ from typing import Any
 from airflow_provider_training.localkube.controllers.conditions import seconds_since
 from airflow_provider_training.localkube.controllers.kubeflow import controller_ref, phase
 from airflow_provider_training.localkube.controllers.loop import ReconcileLoop
+from airflow_provider_training.localkube.events import record_event
 from airflow_provider_training.localkube.resources import BATCH_JOBS, PODS, REPLICASETS, ResourceType
 from airflow_provider_training.localkube.runtime.script import (
     ANNOTATION,
@@ -157,7 +158,8 @@ class BatchJobController(WorkloadController):
             **dict.fromkeys(JOB_LABELS, meta["uid"]),
             **dict.fromkeys(JOB_NAME_LABELS, meta["name"]),
         }
-        return create_pod(self.store, job, (job.get("spec") or {}).get("template") or {}, labels)
+        template = (job.get("spec") or {}).get("template") or {}
+        return create_pod(self.store, job, template, labels, component="job-controller")
 
 
 class ReplicaSetController(WorkloadController):
@@ -170,7 +172,8 @@ class ReplicaSetController(WorkloadController):
         want = int(spec.get("replicas", 1))
         active = [p for p in pods if not deleting(p) and phase(p) not in ("Succeeded", "Failed")]
         for _ in range(want - len(active)):
-            active.append(create_pod(self.store, rs, spec.get("template") or {}, {}))
+            template = spec.get("template") or {}
+            active.append(create_pod(self.store, rs, template, {}, component="replicaset-controller"))
         doomed = sorted(active, key=lambda p: (phase(p) == "Running", is_ready(p)))[
             : max(len(active) - want, 0)
         ]
@@ -215,9 +218,19 @@ def owned_pods(store: Store, owner: dict) -> list[dict]:
 
 
 def create_pod(
-    store: Store, owner: dict, template: dict, labels: dict[str, str], *, name: str | None = None
+    store: Store,
+    owner: dict,
+    template: dict,
+    labels: dict[str, str],
+    *,
+    component: str,
+    name: str | None = None,
 ) -> dict:
-    """A pod from a pod template, controlled by `owner`; named `<owner>-<5 random>` unless `name` is given."""
+    """A pod from a pod template, controlled by `owner`; named `<owner>-<5 random>` unless `name` is given.
+
+    When the API refuses it (a template without containers: 422), the Warning event `FailedCreate`
+    ("Error creating: <the API's message>") goes on the owner, as from Kubernetes' controllers, and the
+    error is raised: the reconcile loop tries again with backoff and no pod is stored."""
     template = copy.deepcopy(template)
     tmeta = template.get("metadata") or {}
     metadata: dict[str, Any] = {
@@ -231,7 +244,12 @@ def create_pod(
     if tmeta.get("annotations"):
         metadata["annotations"] = tmeta["annotations"]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec") or {}}
-    return store.create(PODS, owner["metadata"]["namespace"], pod)
+    try:
+        return store.create(PODS, owner["metadata"]["namespace"], pod)
+    except ApiError as exc:
+        if exc.code != 409:
+            record_event(store, owner, "Warning", "FailedCreate", f"Error creating: {exc.message}", component)
+        raise
 
 
 def get_live(store: Store, rt: ResourceType, namespace: str, name: str) -> dict | None:

@@ -166,10 +166,13 @@ class Reconciliation:
         return f"{self.kind.kind}{what}"
 
     def create(self, rt: ResourceType, obj: dict) -> None:
+        """Create a child; a refusal (e.g. 422 for a pod without containers) is the operator's Warning event
+        `FailedCreatePod` ("Error creating: ..."), raised so the pass is retried with backoff."""
         try:
             self.store.create(rt, self.job.namespace, obj)
         except ApiError as exc:
             if exc.code != 409:  # already there: the next pass sees it
+                self.record("Warning", f"FailedCreate{rt.kind}", f"Error creating: {exc.message}")
                 raise
             return
         self.record(

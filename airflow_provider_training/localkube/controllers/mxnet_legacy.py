@@ -472,7 +472,12 @@ class KubeflowPass(_Pass):
             if job.spec.get("schedulerName"):
                 template.setdefault("spec", {})["schedulerName"] = job.spec["schedulerName"]
             create_pod(
-                self.store, job.raw, template, job.labels(rtype, index), name=f"{base}-{rand_string(5)}"
+                self.store,
+                job.raw,
+                template,
+                job.labels(rtype, index),
+                component="mxnet-operator",
+                name=f"{base}-{rand_string(5)}",
             )
         labels = job.labels(rtype, index)
         service = {

@@ -59,6 +59,7 @@ from airflow_provider_training.localkube.store import ApiError, WatchEvent, now_
 GROUP, VERSION = "batch.tensorstack.dev", "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
 OWNER_LABEL = "tensorstack.dev/owner-name"
+CONTROLLER = "t9k-job-controller"  # events' source component (a guess: the docs show no job events)
 RETRYABLE_EXIT_CODES = (130, 137, 143, 138)
 DEFAULT_BACKOFF_LIMIT = 3
 CONDITION_ORDER = ("Initialized", "Running", "ReplicaFailure", "Completed", "Failed", "Paused")
@@ -278,8 +279,9 @@ class Reconciliation:
                 name = job.pod_name(rtype, index)
                 if name not in self.pods:
                     labels = self.pod_labels(rtype, index)
+                    template = self.template(rtype, index)
                     self.pods[name] = create_pod(
-                        self.store, job.raw, self.template(rtype, index), labels, name=name
+                        self.store, job.raw, template, labels, component=CONTROLLER, name=name
                     )
                 service = {
                     "apiVersion": "v1",

@@ -19,7 +19,8 @@ in either shape:
   a launcher container from `launcher{image, workingDir, env, resources}`;
 - 2025: `replicaSpecs[]` with `launcher` and `worker` (restartPolicy `{policy, limit}`, default OnFailure
   with limit 0) and `mpiConfig{mca, home, extraArgs, script}` or `torchConfig{procPerWorker, script,
-  extraArgs}`; without a launcher spec the launcher runs in the worker's template.
+  extraArgs}`; without a launcher spec the launcher runs in the worker's template, and a launcher spec
+  without a `launcher` container (`template: {}`) gets a default one made from the worker's main container.
 With a script, the launcher runs `[<home>/bin/]mpirun --host <workers> [--mca k v]... <extra args> <script>`
 or `colossalai run --nproc_per_node <procPerWorker> --host <workers> <extra args> <script>`. The launcher
 decides: its failure fails the job, its exit 0 is Succeeded (which only means the run ended, §6); a worker's
@@ -81,12 +82,33 @@ def _replicas_and_template(worker: dict) -> dict:
 
 
 def _with_launcher(specs: list[dict]) -> list[dict]:
-    """The launcher first: its own spec, else one pod in the worker's template."""
+    """The launcher first: its own spec, else one pod in the worker's template. A launcher spec without a
+    `launcher` container (e.g. `template: {}`, as in the docs' example) gets the default one."""
     launcher = next((s for s in specs if s.get("type") == "launcher"), None)
+    worker = next((s for s in specs if s.get("type") == "worker"), {})
     if launcher is None:
-        worker = next((s for s in specs if s.get("type") == "worker"), {})
         launcher = {"type": "launcher", "template": copy.deepcopy(worker.get("template") or {})}
+    elif not any(c.get("name") == "launcher" for c in _containers(launcher.get("template") or {})):
+        launcher = {**launcher, "template": _default_launcher(launcher.get("template") or {}, worker)}
     return [launcher, *(s for s in specs if s.get("type") != "launcher")]
+
+
+def _containers(template: dict) -> list[dict]:
+    return (template.get("spec") or {}).get("containers") or []
+
+
+def _default_launcher(template: dict, worker: dict) -> dict:
+    """The launcher template with the controller's default `launcher` container put first: UC's MPIJob doc
+    says the launcher "should contain a container named launcher, but need not: without one the controller
+    sets a default container configuration". Which one is not documented; the guess is the worker main
+    container's image, working directory and environment (the image has mpirun), without its resources."""
+    template = copy.deepcopy(template)
+    main = main_container(MPIJOB, worker.get("template") or {}) or {}
+    keep = ("image", "imagePullPolicy", "workingDir", "env", "envFrom")
+    default = {"name": "launcher", **{k: copy.deepcopy(main[k]) for k in keep if k in main}}
+    spec = template.setdefault("spec", {})
+    spec["containers"] = [default, *_containers(template)]
+    return template
 
 
 def _args(value: Any) -> list[str]:
@@ -130,9 +152,10 @@ COLOSSALAIJOB = T9kKind(
 )
 
 
-def _run(template: dict, kind: T9kKind, command: list[str]) -> None:
-    """Run `command` in the template's main container (its args dropped)."""
-    main = main_container(kind, template)
+def _run(template: dict, kind: T9kKind, command: list[str], container: str | None = None) -> None:
+    """Run `command` in the container named `container`, else the template's main one (its args dropped)."""
+    named = next((c for c in _containers(template) if container and c.get("name") == container), None)
+    main = named or main_container(kind, template)
     if main is not None:
         main["command"] = command
         main.pop("args", None)
@@ -174,7 +197,7 @@ class LauncherReconciliation(PerPodRestarts):
     def launch(self, rtype: str, index: int, template: dict) -> None:
         command = self.launcher_command() if rtype == "launcher" else None
         if command is not None:
-            _run(template, self.job.kind, command)
+            _run(template, self.job.kind, command, "launcher")
 
     def launcher_command(self) -> list[str] | None:
         raise NotImplementedError
