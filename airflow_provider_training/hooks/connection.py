@@ -124,10 +124,28 @@ def _not_found_error() -> type[Exception]:
     return AirflowNotFoundException
 
 
+_lookups: dict[tuple[int, str], asyncio.Task[dict[str, Any]]] = {}
+
+
 async def load_connection_extras(conn_id: str | None) -> dict[str, Any]:
-    """The connection's extras, resolved without blocking the event loop; ``{}`` for a missing default."""
+    """The connection's extras, resolved without blocking the event loop; ``{}`` for a missing default.
+
+    Callers on one loop that ask while a lookup of the same connection is under way share it: hundreds of
+    triggers starting together cost one lookup (tens of ms of the loop's time each, in Airflow's secrets
+    backends), and a caller cancelled meanwhile (a trigger killed as it starts) does not abandon a request
+    to the triggerer's supervisor half-way, whose late answer would then reach the next request instead."""
     if not conn_id:
         return {}
+    loop = asyncio.get_running_loop()
+    key = (id(loop), conn_id)
+    lookup = _lookups.get(key)
+    if lookup is None:
+        lookup = _lookups[key] = loop.create_task(_lookup_extras(conn_id))
+        lookup.add_done_callback(lambda _: _lookups.pop(key, None))
+    return dict(await asyncio.shield(lookup))
+
+
+async def _lookup_extras(conn_id: str) -> dict[str, Any]:
     from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
 
     try:

@@ -124,3 +124,32 @@ async def test_env_connection_extras_resolve_async_and_sync(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_KTEST", json.dumps({"conn_type": "kubernetes", "extra": extra}))
     assert await load_connection_extras("ktest") == extra
     assert load_connection_extras_sync("ktest") == extra
+
+
+async def test_concurrent_lookups_of_one_connection_share_one_and_survive_a_cancelled_caller(monkeypatch):
+    """Triggers starting together share one lookup; a caller cancelled meanwhile leaves it running for the
+    others (an abandoned request to the triggerer's supervisor would answer the next one)."""
+    import asyncio
+
+    from airflow_provider_training.hooks import connection
+
+    started, release = [], asyncio.Event()
+
+    async def lookup(conn_id: str) -> dict:
+        started.append(conn_id)
+        await release.wait()
+        return {"namespace": "ns1"}
+
+    monkeypatch.setattr(connection, "_lookup_extras", lookup)
+    first = asyncio.ensure_future(load_connection_extras("ktest"))
+    others = [asyncio.ensure_future(load_connection_extras("ktest")) for _ in range(20)]
+    await asyncio.sleep(0)
+    first.cancel()
+    await asyncio.sleep(0)
+    release.set()
+
+    assert [await other for other in others] == [{"namespace": "ns1"}] * 20
+    assert started == ["ktest"]
+    assert first.cancelled()
+    assert await load_connection_extras("ktest") == {"namespace": "ns1"}  # done: a new lookup
+    assert started == ["ktest", "ktest"]
