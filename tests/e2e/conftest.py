@@ -214,8 +214,21 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
 def airflow(kube: LocalKube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     """The four Airflow components, started on a migrated SQLite DB with ``dag_files`` as the DAGs; ready
     once the API answers and every DAG is parsed."""
+    with deploy(kube, tmp_path_factory, DAG_FILES) as deployment:
+        yield deployment
+
+
+@contextlib.contextmanager
+def deploy(
+    kube: LocalKube,
+    tmp_path_factory: pytest.TempPathFactory,
+    dag_folder: Path,
+    start_timeout: float = START_TIMEOUT,
+) -> Iterator[Airflow]:
+    """The deployment of the ``airflow`` fixture, with a copy of ``dag_folder`` as its DAGs folder (more files
+    take longer to parse: ``start_timeout``)."""
     home = tmp_path_factory.mktemp("e2e-airflow")
-    shutil.copytree(DAG_FILES, home / "dags", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(dag_folder, home / "dags", ignore=shutil.ignore_patterns("__pycache__"))
     api_port = free_port()
     assert kube.kubeconfig is not None
     env = airflow_env(home, api_port, Path(kube.kubeconfig))
@@ -229,8 +242,8 @@ def airflow(kube: LocalKube, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         for name in COMPONENTS:
             deployment.start(name)
         files = {p.name for p in (home / "dags").glob("*.py")}
-        deployment.wait("the API and the parsed DAGs", lambda: files <= _parsed(deployment), START_TIMEOUT)
-        deployment.wait("the triggerer to start", lambda: _triggerer_started(deployment), START_TIMEOUT)
+        deployment.wait("the API and the parsed DAGs", lambda: files <= _parsed(deployment), start_timeout)
+        deployment.wait("the triggerer to start", lambda: _triggerer_started(deployment), start_timeout)
         yield deployment
     finally:
         _stop(deployment.processes)
