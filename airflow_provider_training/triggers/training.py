@@ -240,9 +240,9 @@ class TrainingJobTrigger(BaseTrigger):
         The triggerer repeats its cancellation every loop until the trigger has ended, and cancels it again
         when it shuts down: the delete runs to its end regardless, within ``[triggerer] on_kill_timeout``.
         """
-        await run_to_end(self._kill_job("task killed"), on_kill_budget())
+        await run_to_end(self._kill_job(), on_kill_budget())
 
-    async def _kill_job(self, why: str) -> None:
+    async def _kill_job(self) -> None:
         if self.on_kill_action != "delete":
             self.log.info(
                 "Keeping %s %s/%s (on_kill_action='keep')", self.kind, self.namespace, self.job_name
@@ -253,12 +253,11 @@ class TrainingJobTrigger(BaseTrigger):
         try:
             deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
             self.log.info(
-                "%s %s/%s %s (%s)",
+                "%s %s/%s %s",
                 self.kind,
                 self.namespace,
                 self.job_name,
                 "deleted" if deleted else "was already gone (or is another try's job now)",
-                why,
             )
         finally:
             await hook.close()
@@ -275,7 +274,8 @@ class TrainingJobTrigger(BaseTrigger):
         state = await task_instance_state(self.task_instance)
         if state is None or state == "deferred":
             return None
-        await run_to_end(self._kill_job(f"its task is {state}, no longer deferred"), on_kill_budget())
+        self.log.info("The task instance is %s, no longer deferred: killed while no triggerer ran", state)
+        await run_to_end(self._kill_job(), on_kill_budget())
         job = {"name": self.job_name, "namespace": self.namespace, "uid": self.uid, "kind": self.kind}
         message = f"The task instance is {state}, no longer deferred; the trigger ended"
         return {"status": "error", "job": {**job, "api_version": self.api_version}, "message": message}

@@ -38,7 +38,7 @@ COMPONENTS = {
     "triggerer": ["triggerer", "--skip-serve-logs"],
 }
 ON_KILL_TIMEOUT = 10  # [triggerer] on_kill_timeout: how long BaseTrigger.on_kill() may take
-START_TIMEOUT = 60.0
+START_TIMEOUT = 120.0  # the api-server alone takes a minute to answer on a loaded 2-core machine
 
 
 def free_port() -> int:
@@ -61,7 +61,7 @@ def airflow_env(home: Path, api_port: int, kubeconfig: Path) -> dict[str, str]:
             "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "1",
+            "AIRFLOW__CORE__PARALLELISM": "4",  # the kill matrix runs its sync tasks side by side
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
             "AIRFLOW__CORE__AUTH_MANAGER": (
@@ -78,6 +78,7 @@ def airflow_env(home: Path, api_port: int, kubeconfig: Path) -> dict[str, str]:
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT": str(ON_KILL_TIMEOUT),
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",  # a busy api-server must not fail task starts
             "AIRFLOW_CONN_KUBERNETES_DEFAULT": connection_json(kubeconfig),
         }
     )
@@ -184,6 +185,15 @@ class Airflow:
                 why = f"{', '.join(dead)} exited" if dead else f"not within {timeout:.0f} s"
                 pytest.fail(f"waiting for {what}: {why}\n{self.diagnostics()}")
             time.sleep(0.2)
+
+    def send(self, name: str, sig: signal.Signals) -> None:
+        """Send ``sig`` to component ``name``'s process group without waiting for it (see :meth:`reap`)."""
+        os.killpg(self.processes[name].pid, sig)
+
+    def reap(self, name: str, timeout: float = 30.0) -> None:
+        """Wait for component ``name``, signalled by :meth:`send`, to exit (SIGCONT changes nothing for a
+        process that runs or exits, so :meth:`stop` only waits, and kills after ``timeout``)."""
+        self.stop(name, signal.SIGCONT, timeout)
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:

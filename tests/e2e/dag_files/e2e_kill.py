@@ -1,4 +1,9 @@
-"""Deferrable PyTorchJobs that run until deleted, one DAG per ``on_kill_action`` (localkube, scripted)."""
+"""PyTorchJobs that run until deleted (localkube, scripted), for the kill tests.
+
+``e2e_kill_<action>``: deferrable, one DAG per ``on_kill_action``, the job named ``e2e-kill-<action>``.
+``e2e_kill_<mode>_<action>``: the kill matrix (tests/e2e/test_kill_matrix.py), deferred or sync, one DAG run
+per cell, the job named after the run (``kill-<run id>``, so every try of a run uses the same name).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,13 @@ from airflow_provider_training.specs import build_job
 
 SCRIPT = {"default": {"duration": None, "logs": ["step 1"]}}  # runs until its pod is deleted
 
-for action in ("delete", "keep"):
-    with DAG(f"e2e_kill_{action}", schedule=None, catchup=False) as dag:
+DAGS = {f"e2e_kill_{action}": (f"e2e-kill-{action}", True, action) for action in ("delete", "keep")}
+for mode in ("deferred", "sync"):
+    for action in ("delete", "keep"):
+        DAGS[f"e2e_kill_{mode}_{action}"] = ("kill-{{ run_id }}", mode == "deferred", action)
+
+for dag_id, (job_name, deferrable, action) in DAGS.items():
+    with DAG(dag_id, schedule=None, catchup=False) as dag:
         PyTorchJobOperator(
             task_id="train",
             job=build_job(
@@ -22,8 +32,8 @@ for action in ("delete", "keep"):
                 replicas={"Master": 1},
                 annotations={"localkube.dev/script": json.dumps(SCRIPT)},
             ),
-            job_name=f"e2e-kill-{action}",
-            deferrable=True,
+            job_name=job_name,
+            deferrable=deferrable,
             on_kill_action=action,
             poll_interval=0.5,
         )
