@@ -38,7 +38,7 @@ COMPONENTS = {
     "triggerer": ["triggerer", "--skip-serve-logs"],
 }
 ON_KILL_TIMEOUT = 10  # [triggerer] on_kill_timeout: how long BaseTrigger.on_kill() may take
-START_TIMEOUT = 60.0
+START_TIMEOUT = 180.0  # a busy 2-core machine needs minutes to start four components
 
 
 def free_port() -> int:
@@ -184,6 +184,20 @@ class Airflow:
                 why = f"{', '.join(dead)} exited" if dead else f"not within {timeout:.0f} s"
                 pytest.fail(f"waiting for {what}: {why}\n{self.diagnostics()}")
             time.sleep(0.2)
+
+    def start_another(self, name: str, component: str) -> None:
+        """Start one more ``component`` (a key of COMPONENTS) under ``name``, say a second triggerer to take
+        over from the first."""
+        COMPONENTS[name] = COMPONENTS[component]
+        try:
+            self.start(name)
+        finally:
+            del COMPONENTS[name]
+
+    def trigger_log_files(self, dag_id: str, run_id: str, task_id: str) -> list[Path]:
+        """The task's trigger log files, one per triggerer that ran its trigger, oldest triggerer first."""
+        files = self.task_dir(dag_id, run_id, task_id).glob("attempt=1.log.trigger.*.log")
+        return sorted(files, key=lambda f: int(f.name.split(".")[-2]))
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
