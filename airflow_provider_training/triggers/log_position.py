@@ -28,7 +28,7 @@ from airflow_provider_training.logs import stamp_text
 XCOM_KEY = "training_log_position"
 SAVE_SECONDS = 1.0
 # A new triggerer's first request starts its in-process execution API: tens of seconds on a busy machine.
-LOAD_TIMEOUT = 60.0
+LOAD_TIMEOUT = 300.0  # streaming from the start instead would repeat every line
 SAVE_TIMEOUT = 30.0
 FINAL_SAVE_TIMEOUT = 2.0  # at shutdown the triggerer's comms reader is gone: the write goes, no reply comes
 

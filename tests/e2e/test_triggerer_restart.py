@@ -116,7 +116,7 @@ def run_with_restart(airflow: Airflow, run_id: str, restart_now: Callable[[], No
     final = airflow.wait(f"{run_id} to finish", lambda: {"success", "failed"} & {state(airflow, run_id)}, 300)
     assert final == {"success"}, airflow.diagnostics()
     # The task ends with the trigger's event; its last records may still be on their way to the file.
-    airflow.wait(f"the trigger of {run_id} to end", lambda: ended(records(airflow, run_id)), timeout=60)
+    airflow.wait(f"the trigger of {run_id} to end", lambda: ended(records(airflow, run_id)), timeout=300)
     return records(airflow, run_id)
 
 
