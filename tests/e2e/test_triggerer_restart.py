@@ -121,7 +121,9 @@ def run_with_restart(airflow: Airflow, run_id: str, restart_now: Callable[[], No
 
 
 def ended(files: list[list[dict[str, Any]]]) -> bool:
-    return bool(files) and any(r["event"] == "trigger completed" for r in files[-1])
+    """Whether the last trigger's event is in its file: every replica line was logged before it. (Not
+    "trigger completed": the triggerer may close the file before that record arrives.)"""
+    return bool(files) and any(r["event"] == "Trigger fired event" for r in files[-1])
 
 
 def check_once_in_order(kube: LocalKube, run_id: str, files: list[list[dict[str, Any]]]) -> None:
