@@ -27,8 +27,15 @@ from airflow_provider_training.logs import stamp_text
 
 XCOM_KEY = "training_log_position"
 SAVE_SECONDS = 1.0
-SAVE_TIMEOUT = 5.0
+# A new triggerer's first request starts its in-process execution API: tens of seconds on a busy machine.
+LOAD_TIMEOUT = 300.0  # streaming from the start instead would repeat every line
+SAVE_TIMEOUT = 30.0
 FINAL_SAVE_TIMEOUT = 2.0  # at shutdown the triggerer's comms reader is gone: the write goes, no reply comes
+
+
+def xcom_address(ti: Any) -> dict[str, Any]:
+    """The XCom arguments that name ``ti``'s own XComs."""
+    return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index}
 
 
 class LogPosition:
@@ -41,8 +48,7 @@ class LogPosition:
         self._warned = False
 
     def _where(self) -> dict[str, Any]:
-        ti = self.ti
-        return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index}
+        return xcom_address(self.ti)
 
     async def load(self) -> tuple[dict[str, Any] | None, int | None]:
         """The cursors saved by an earlier trigger of this try, and up to which line time (ns) lines may
@@ -50,9 +56,13 @@ class LogPosition:
         from airflow.sdk.execution_time.xcom import XCom
 
         try:
-            saved = await asyncio.wait_for(XCom.aget_one(key=XCOM_KEY, **self._where()), SAVE_TIMEOUT)
+            saved = await asyncio.wait_for(XCom.aget_one(key=XCOM_KEY, **self._where()), LOAD_TIMEOUT)
         except Exception as err:
-            self.log.warning("Could not read the saved log position (%s); streaming from the start", err)
+            self.log.warning(
+                "Could not read the saved log position (%s: %s); streaming from the start",
+                type(err).__name__,
+                err,
+            )
             return None, None
         if not isinstance(saved, dict) or not isinstance(saved.get("cursors"), dict):
             return None, None
@@ -96,6 +106,10 @@ class LogPosition:
         except Exception as err:
             if not self._warned:
                 self._warned = True
-                self.log.warning("Could not save the log position (%s); a restart may repeat lines", err)
+                self.log.warning(
+                    "Could not save the log position (%s: %s); a restart may repeat lines",
+                    type(err).__name__,
+                    err,
+                )
             return
         self._saved = {"cursors": cursors, "final": final}

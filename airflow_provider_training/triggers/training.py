@@ -222,17 +222,33 @@ class TrainingJobTrigger(BaseTrigger):
         """Whether this success ends the task here (``end_from_trigger``, in a triggerer)."""
         return self.end_from_trigger and self.task_instance is not None and event.get("status") == "success"
 
-    async def _success(self, hook: Any, event: dict[str, Any]) -> TaskSuccessEvent:
+    async def _success(self, hook: Any, event: dict[str, Any]) -> TriggerEvent:
         """What the operator's ``execute_complete`` does on success, so no worker has to resume: the
-        ``on_finish_action`` delete, the final log line and the XCom result."""
+        ``on_finish_action`` delete, the final log line and the XCom result.
+
+        The result is pushed through the Task SDK (``XCom.aset``), as a worker pushes it: the
+        ``TaskSuccessEvent(xcoms=...)`` route stores it JSON-encoded a second time (``XComModel.set``), so
+        downstream tasks would pull a string. If the push fails, the task resumes on a worker instead."""
+        from airflow.sdk.execution_time.xcom import XCom
+
         from airflow_provider_training.results import build_result, finish_deletion, result_line
+        from airflow_provider_training.triggers.log_position import SAVE_TIMEOUT, xcom_address
 
         if why := finish_deletion(event, self.on_finish_action):
             self.log.info("Deleting %s %s/%s (%s)", self.kind, self.namespace, self.job_name, why)
             await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
         result = build_result(event)
+        if self.push_result:
+            address = xcom_address(self.task_instance)
+            try:
+                await asyncio.wait_for(XCom.aset(key="return_value", value=result, **address), SAVE_TIMEOUT)
+            except Exception as err:
+                self.log.warning(
+                    "Could not push the result (%s: %s); resuming the task", type(err).__name__, err
+                )
+                return TriggerEvent(event)
         self.log.info(result_line(result))
-        return TaskSuccessEvent(xcoms={"return_value": result} if self.push_result else None)
+        return TaskSuccessEvent()
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: delete the job and its cleanup children, unless ``keep``.

@@ -38,7 +38,7 @@ COMPONENTS = {
     "triggerer": ["triggerer", "--skip-serve-logs"],
 }
 ON_KILL_TIMEOUT = 10  # [triggerer] on_kill_timeout: how long BaseTrigger.on_kill() may take
-START_TIMEOUT = 120.0  # the api-server alone takes a minute to answer on a loaded 2-core machine
+START_TIMEOUT = 180.0  # a busy 2-core machine needs minutes to start four components
 
 
 def free_port() -> int:
@@ -194,6 +194,20 @@ class Airflow:
         """Wait for component ``name``, signalled by :meth:`send`, to exit (SIGCONT changes nothing for a
         process that runs or exits, so :meth:`stop` only waits, and kills after ``timeout``)."""
         self.stop(name, signal.SIGCONT, timeout)
+
+    def start_another(self, name: str, component: str) -> None:
+        """Start one more ``component`` (a key of COMPONENTS) under ``name``, say a second triggerer to take
+        over from the first."""
+        COMPONENTS[name] = COMPONENTS[component]
+        try:
+            self.start(name)
+        finally:
+            del COMPONENTS[name]
+
+    def trigger_log_files(self, dag_id: str, run_id: str, task_id: str) -> list[Path]:
+        """The task's trigger log files, one per triggerer that ran its trigger, oldest triggerer first."""
+        files = self.task_dir(dag_id, run_id, task_id).glob("attempt=1.log.trigger.*.log")
+        return sorted(files, key=lambda f: int(f.name.split(".")[-2]))
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
