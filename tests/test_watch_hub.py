@@ -270,7 +270,12 @@ async def test_named_subscription_on_a_child_resource(kube, hook, resource):
     """Children found by name (unlabelled batch Jobs, ReplicaSets): absent first, then each change."""
     hub = WatchHub()
     rt = rtype(kube, resource)
-    body = {"apiVersion": resource.api_version, "kind": resource.kind, "spec": {"template": {"spec": {}}}}
+    containers = [{"name": "main", "image": "example/main:1"}]
+    body = {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "spec": {"template": {"spec": {"containers": containers}}},
+    }
     kube.store.create(rt, "default", {**body, "metadata": {"name": "job-b-master"}})
     async with (
         hub.subscribe(hook, resource, "default", name="job-a-master") as child,
@@ -329,7 +334,8 @@ async def test_bookmarks_advance_the_resume_version(tmp_path, monkeypatch):
             listed_rv = int(cluster.store.resource_version)
             pods = rtype(cluster, PODS)
             for i in range(3):  # changes elsewhere move the server's resourceVersion on
-                cluster.store.create(pods, "default", {"metadata": {"name": f"p{i}"}, "spec": {}})
+                spec = {"containers": [{"name": "main", "image": "example/main:1"}]}
+                cluster.store.create(pods, "default", {"metadata": {"name": f"p{i}"}, "spec": spec})
             await until(lambda: hub.stats.events >= 1)  # a BOOKMARK arrived
             cluster.faults.end_watches()
             await until(lambda: len(watches(cluster)) == 2)

@@ -32,7 +32,7 @@ class TaskLog:
         self.infos: list[str] = []
         self.warnings: list[str] = []
 
-    def info(self, message: str, *args: object) -> None:
+    def info(self, message: str, *args: object, **fields: object) -> None:  # fields: e.g. timestamp=
         self.infos.append(message % args if args else message)
 
     def warning(self, message: str, *args: object) -> None:
