@@ -63,6 +63,9 @@ def airflow_env(home: Path, api_port: int, kubeconfig: Path) -> dict[str, str]:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",  # the kill matrix runs its sync tasks side by side
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            # Runs are triggered by the tests only: a scheduled run (the examples have schedules) would hold
+            # a DAG's one active run and keep the triggered ones queued.
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
             "AIRFLOW__CORE__AUTH_MANAGER": (
                 "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
