@@ -29,6 +29,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/import_time.py
 	$(BIN)/python benchmarks/trigger_load.py
+	$(BIN)/python benchmarks/scale.py
 
 clean:
 	rm -rf $(VENV) .demo
