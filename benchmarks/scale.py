@@ -43,7 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_cluster import (
     NAMESPACE,
     create_jobs,
-    running_pods,
     start_cluster,
 )
 from scale_manifest import MARK
@@ -279,7 +278,7 @@ def measure(
         names = [f"{prefix}-{i:04d}" for i in range(jobs)]
         began = time.monotonic()
         create_jobs(cluster, names)
-        wait_until(lambda: running_pods(cluster) >= 2 * jobs, args.setup_timeout, f"{2 * jobs} running pods")
+        wait_until(lambda: runtime.running >= 2 * jobs, args.setup_timeout, f"{2 * jobs} running pods")
         m.setup_s = time.monotonic() - began
         ready = child.expect("ready", 300)
         m.rss_before_kb, m.import_s = ready["rss_kb"], ready["import_s"]
@@ -323,10 +322,10 @@ def measure(
         timed = requests.between(window_start, window_end)
         steady(m, timed, child.samples, window_start, window_end)
 
-        # -- flip every job to Succeeded, spread over --flip-over seconds
-        flip(cluster, runtime, names, args.flip_over)
+        # -- flip every job to Succeeded, --flip-rate jobs a second
+        flip(cluster, runtime, names, len(names) / args.flip_rate)
         try:
-            done = child.expect("done", args.flip_over + args.event_timeout)
+            done = child.expect("done", len(names) / args.flip_rate + args.event_timeout)
             m.failures = done["failures"]
         except TimeoutError:
             m.notes.append(
@@ -612,7 +611,7 @@ def main() -> None:
     parser.add_argument("--startup-timeout", type=float, default=240.0)
     parser.add_argument("--setup-timeout", type=float, default=600.0)
     parser.add_argument("--event-timeout", type=float, default=60.0, help="after the last flip, s")
-    parser.add_argument("--flip-over", type=float, default=10.0, help="end the N jobs over this many s")
+    parser.add_argument("--flip-rate", type=float, default=100.0, help="jobs ended per second (100)")
     parser.add_argument("--log-every", type=float, default=5.0, help="each replica logs a line every ... s")
     parser.add_argument("--poll-interval", type=float, default=10.0, help="polling baselines' interval, s")
     parser.add_argument("--sample", type=float, default=0.5, help="trigger process sample interval, s")

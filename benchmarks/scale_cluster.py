@@ -18,7 +18,6 @@ from scale_manifest import job_manifest
 from trigger_load import KIND, NAMESPACE
 
 from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.resources import PODS
 from airflow_provider_training.localkube.runtime.kubelet import PodInstance, RunResult
 from airflow_provider_training.localkube.runtime.scripted import ScriptedRuntime
 
@@ -49,6 +48,7 @@ class _Chatty:
         self.runtime, self.inst, self.container, self.end = runtime, inst, container, end
 
     async def wait(self) -> RunResult:
+        self.runtime.running += 1  # the kubelet published the container Running just before this
         every = self.runtime.log_every
         step = 0
         with contextlib.suppress(TimeoutError):
@@ -68,6 +68,7 @@ class ChattyRuntime(ScriptedRuntime):
         super().__init__()
         self.log_every = log_every
         self.ends: dict[str, asyncio.Event] = {}
+        self.running = 0  # containers that started (a store LIST to count them copies every pod)
 
     def _end_of(self, job: str) -> asyncio.Event:
         return self.ends.setdefault(job, asyncio.Event())
@@ -109,14 +110,3 @@ def create_jobs(cluster: LocalKube, names: list[str]) -> None:
             cluster.store.create(rt, NAMESPACE, job_manifest(name))
 
     cluster.call(create_all)
-
-
-def running_pods(cluster: LocalKube) -> int:
-    def count() -> int:
-        return sum(
-            1
-            for p in cluster.store.list(PODS, NAMESPACE)
-            if (p.get("status") or {}).get("phase") == "Running"
-        )
-
-    return int(cluster.call(count))
