@@ -582,6 +582,9 @@ def run_profile(args: argparse.Namespace, workdir: Path) -> None:
         f"\nprofile of the logs mode at N={jobs} (cProfile over the whole loop; tracemalloc at the steady "
         "window)\n"
     )
+    argv = [sys.executable, str(CHILD), "ssl-cost"]
+    cost = subprocess.run(argv, capture_output=True, text=True, check=True)
+    print(json.loads(cost.stdout)["text"] + " (a fresh process)\n")
     for name in ("memory.txt", "cpu-tottime.txt", "cpu-cumulative.txt", "cpu-ssl-callers.txt"):
         path = out / name
         print(f"==> {name}")

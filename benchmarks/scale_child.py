@@ -377,8 +377,6 @@ def run_triggers(args: argparse.Namespace) -> None:
         if profiler is not None:
             profiler.profile.disable()
             profiler.write_cpu()
-            with (profiler.out / "memory.txt").open("a") as memory:  # last: it grows the RSS by design
-                memory.write("\n" + ssl_context_cost() + "\n")
 
 
 # -- submit --------------------------------------------------------------------------------------------------
@@ -444,12 +442,12 @@ def _context(run: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=("triggers", "submit"))
+    parser.add_argument("what", choices=("triggers", "submit", "ssl-cost"))
     parser.add_argument("--mode", default="hub")
     parser.add_argument("--jobs", type=int, default=0)
-    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--prefix", default="bench")
     parser.add_argument("--namespace", default="default")
-    parser.add_argument("--conn-id", required=True)
+    parser.add_argument("--conn-id", default="")
     parser.add_argument("--kubeconfig", default="")
     parser.add_argument("--poll-interval", type=float, default=10.0)
     parser.add_argument("--sample", type=float, default=0.5)
@@ -457,6 +455,9 @@ def main() -> None:
     parser.add_argument("--profile", default="")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.what == "ssl-cost":  # in a process of its own: freed memory of earlier contexts would be reused
+        send("ssl-cost", text=ssl_context_cost())
+        return
     (run_triggers if args.what == "triggers" else run_submit)(args)
 
 
