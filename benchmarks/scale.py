@@ -491,6 +491,7 @@ def report(runs: list[Measurement], submit: Submit | None, args: argparse.Namesp
             f"{m.jobs:>5} {MODES[m.mode]:<32} {rps:<30} {mb(m.rss_before_kb):>13} {rss:<21} "
             f"{m.per_job_kb:>10.1f}  {cpu:<22} {m.steady_lines:>11.1f}"
         )
+    print_marginal(runs)
     table(
         "start-up (all N triggers start at once, as after a triggerer restart) and status change to event",
         f"{'N':>5} {'mode':<32} {'start-up req':>12} {'armed s':>8} {'settled s':>9} {'lag max s':>9} "
