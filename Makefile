@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/import_time.py
 	$(BIN)/python benchmarks/trigger_load.py
 	$(BIN)/python benchmarks/loop_lag.py
+	$(BIN)/python benchmarks/scale.py
 
 clean:
 	rm -rf $(VENV) .demo

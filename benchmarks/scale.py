@@ -1,0 +1,651 @@
+"""Scale: N training jobs waited for by one trigger process, with and without live logs, against two
+polling baselines; and how long a worker takes to submit. Prints every figure side by side, with n and spread.
+
+    python benchmarks/scale.py                       # N = 100, 500, 1000; every mode; submit latency
+    python benchmarks/scale.py --jobs 100 --modes hub,hub-logs --no-submit
+    python benchmarks/scale.py --jobs 5000           # opt-in size
+    python benchmarks/scale.py --profile             # where memory and CPU go: logs mode at N = 300
+
+Modes (one fresh trigger process per mode and N; see benchmarks/README.md for what each measures):
+
+- ``hub``: N ``TrainingJobTrigger`` (get_logs=False), sharing the process's watch hub;
+- ``hub-logs``: the same with get_logs=True, log_replicas="all" (two pods per job);
+- ``sdk-poll``: GET the job every --poll-interval s through one shared client (Kubeflow SDK style);
+- ``cncf-poll``: the cncf provider's way: a real AsyncKubernetesHook per trigger, a new ApiClient per GET.
+
+localkube (default controllers; a scripted runtime whose containers stay Running and log a line every
+--log-every s) runs in a thread of this process, on its own loop. Every request it answers is stamped on
+arrival; each job's terminal status write is stamped by a store subscription. Both use time.monotonic(),
+which is one clock for every process of the machine, so the trigger process's event times compare directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale_cluster import (
+    NAMESPACE,
+    create_jobs,
+    start_cluster,
+)
+from scale_manifest import MARK
+from trigger_load import StatusClock
+
+from airflow_provider_training.localkube.cluster import LocalKube
+from airflow_provider_training.testing import connection_json
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "scale_child.py"
+CONN_ID = "scale_bench"
+MODES = {
+    "hub": "watch hub, no logs",
+    "hub-logs": "watch hub, logs (all)",
+    "sdk-poll": "SDK-style poll, shared client",
+    "cncf-poll": "cncf-style poll, client per GET",
+}
+QUIET_LAG = 0.1  # the loop counts as settled once its lag stays below this for QUIET_FOR seconds
+QUIET_FOR = 1.0
+
+
+# -- figures -------------------------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def spread(values: Sequence[float], fmt: str = "{:.1f}", centre: float | None = None) -> str:
+    """``centre (min-max, n=k)``; the centre is the median unless given (a mean over the whole window)."""
+    if not values:
+        return "-"
+    middle = median(values) if centre is None else centre
+    return f"{fmt.format(middle)} ({fmt.format(min(values))}-{fmt.format(max(values))}, n={len(values)})"
+
+
+@dataclass
+class Measurement:
+    mode: str
+    jobs: int
+    setup_s: float = 0.0  # creating the jobs until all their pods ran
+    rss_before_kb: int = 0
+    import_s: float = 0.0
+    subscribed_s: float | None = None  # from the triggers' start to the last request that armed them all
+    settled_s: float | None = None  # ... to the loop being quiet as well
+    startup_requests: int = 0
+    startup_lag_max: float = 0.0
+    peak_rss_kb: int = 0
+    steady_window: float = 0.0
+    steady_bins: list[float] = field(default_factory=list)  # requests per 1-s bin
+    steady_kinds: dict[str, int] = field(default_factory=dict)
+    steady_rss_kb: list[int] = field(default_factory=list)
+    steady_cpu: list[float] = field(default_factory=list)  # CPU % per sample interval
+    steady_cpu_mean: float = 0.0
+    steady_lines: float = 0.0  # replica log lines per second the triggers' logs received
+    steady_lag_max: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    missing_write: int = 0
+    events: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def steady_rps(self) -> float:
+        return sum(self.steady_bins) / self.steady_window if self.steady_window else float("nan")
+
+    @property
+    def per_job_kb(self) -> float:
+        if not self.steady_rss_kb:
+            return float("nan")
+        return (statistics.median(self.steady_rss_kb) - self.rss_before_kb) / self.jobs
+
+
+# -- the trigger process -------------------------------------------------------------------------------------
+
+
+class Child:
+    """A trigger process: its JSON lines collected by a reader thread."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], stderr: Path) -> None:
+        self.spawned = time.monotonic()
+        self._stderr = stderr.open("w")
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+        self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.samples: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.stderr_path = stderr
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            if message["type"] == "sample":
+                self.samples.append(message)
+            elif message["type"] == "event":
+                self.events.append(message)
+            else:
+                self.messages.put(message)
+        self.messages.put({"type": "eof"})
+
+    def expect(self, kind: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                message = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"the trigger process sent no {kind!r} within {timeout:g} s") from None
+            if message["type"] == kind:
+                return message
+            if message["type"] == "eof":
+                tail = self.stderr_path.read_text()[-3000:]
+                raise RuntimeError(f"the trigger process ended before {kind!r}:\n{tail}")
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def close(self, grace: float = 30.0) -> None:
+        self.send("stop")
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._stderr.close()
+
+
+def child_env(kubeconfig: Path) -> dict[str, str]:
+    env = {**os.environ, f"AIRFLOW_CONN_{CONN_ID.upper()}": connection_json(kubeconfig, NAMESPACE)}
+    env.pop("KUBECONFIG", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+# -- what the server saw -------------------------------------------------------------------------------------
+
+
+def request_kind(record: Any) -> str:
+    path, query = record.path, record.query
+    if str(query.get("watch", "")).lower() in ("true", "1"):
+        return "watch"
+    if path.endswith("/log"):
+        return "log follow" if str(query.get("follow", "")).lower() in ("true", "1") else "log read"
+    tail = path.rsplit("/", 2)
+    if record.method != "GET":
+        return record.method
+    if tail[-1] in ("pods", "pytorchjobs", "events"):
+        return f"list {tail[-1]}"
+    return f"get {tail[-2]}"
+
+
+def armed_at(mode: str, jobs: int, timed: list[tuple[float, Any]]) -> float | None:
+    """When the server had seen what every trigger needs to be waiting (the request that completed it)."""
+    if mode in ("hub", "hub-logs"):
+        watches = {
+            r.path.rsplit("/", 1)[-1]: t for t, r in timed if request_kind(r) == "watch" and r.status == 200
+        }
+        if "pods" not in watches or "pytorchjobs" not in watches:
+            return None
+        armed = max(watches["pods"], watches["pytorchjobs"])
+        if mode == "hub":
+            return armed
+        streams: dict[str, float] = {}
+        for t, r in timed:
+            if request_kind(r) == "log follow" and r.status == 200:
+                streams.setdefault(r.path, t)
+        return max(armed, *streams.values()) if len(streams) >= 2 * jobs else None
+    gets: dict[str, float] = {}
+    for t, r in timed:
+        if request_kind(r) == "get pytorchjobs":
+            gets.setdefault(r.path, t)
+    return max(gets.values()) if len(gets) >= jobs else None
+
+
+def quiet_since(samples: list[dict[str, Any]], after: float) -> float | None:
+    """The first time after ``after`` from which the loop lag stayed below QUIET_LAG for QUIET_FOR s."""
+    start = None
+    for s in samples:
+        if s["t"] < after:
+            continue
+        if s["lag"] >= QUIET_LAG:
+            start = None
+        elif start is None:
+            start = s["t"]
+        if start is not None and s["t"] - start >= QUIET_FOR:
+            return start
+    return None
+
+
+# -- one (mode, N) -------------------------------------------------------------------------------------------
+
+
+def measure(
+    mode: str, jobs: int, args: argparse.Namespace, workdir: Path, profile: Path | None = None
+) -> Measurement:
+    m = Measurement(mode, jobs)
+    cluster, runtime = start_cluster(args.log_every)
+    clock = StatusClock(cluster)
+    kubeconfig = cluster.write_kubeconfig(workdir / f"{mode}-{jobs}.kubeconfig")
+    prefix = f"j{jobs}"
+    argv = [
+        sys.executable,
+        str(CHILD),
+        "triggers",
+        f"--mode={mode}",
+        f"--jobs={jobs}",
+        f"--prefix={prefix}",
+        f"--conn-id={CONN_ID}",
+        f"--kubeconfig={kubeconfig}",
+        f"--poll-interval={args.poll_interval}",
+        f"--sample={args.sample}",
+    ]
+    if profile is not None:
+        argv.append(f"--profile={profile}")
+    child = Child(argv, child_env(kubeconfig), workdir / f"{mode}-{jobs}.stderr")
+    try:
+        names = [f"{prefix}-{i:04d}" for i in range(jobs)]
+        began = time.monotonic()
+        create_jobs(cluster, names)
+        wait_until(lambda: runtime.running >= 2 * jobs, args.setup_timeout, f"{2 * jobs} running pods")
+        m.setup_s = time.monotonic() - began
+        ready = child.expect("ready", 300)
+        m.rss_before_kb, m.import_s = ready["rss_kb"], ready["import_s"]
+        go = time.monotonic()
+        child.send("go")
+        started = child.expect("started", 60)["t"]
+        requests = cluster.requests
+        assert hasattr(requests, "between")
+
+        # -- start-up: until every trigger is armed (server side) and the loop is quiet
+        deadline = started + args.startup_timeout
+        subscribed = settled = None
+        while time.monotonic() < deadline:
+            time.sleep(0.25)
+            now = time.monotonic()
+            if subscribed is None:
+                subscribed = armed_at(mode, jobs, requests.between(go, now))
+            if subscribed is not None:
+                settled = quiet_since(child.samples, subscribed)
+                if settled is not None or now - subscribed > args.settle_max:
+                    break
+        if subscribed is None:
+            m.notes.append(f"not all armed within {args.startup_timeout:g} s")
+        elif settled is None:
+            m.notes.append(f"loop not quiet within {args.settle_max:g} s of arming")
+        m.subscribed_s = None if subscribed is None else subscribed - started
+        end_of_startup = settled or time.monotonic()
+        m.settled_s = None if settled is None else settled - started
+        m.startup_requests = len(requests.between(go, end_of_startup))
+        lags = [s["lag"] for s in child.samples if s["t"] <= end_of_startup]
+        m.startup_lag_max = max(lags, default=0.0)
+
+        # -- steady window
+        time.sleep(args.settle)
+        if profile is not None:  # the snapshot stops the loop for a while: the window starts after it
+            child.send("snapshot")
+            child.expect("snapshotted", 900)
+        window_start = time.monotonic()
+        time.sleep(args.window)
+        window_end = time.monotonic()
+        timed = requests.between(window_start, window_end)
+        steady(m, timed, child.samples, window_start, window_end)
+
+        # -- flip every job to Succeeded, --flip-rate jobs a second
+        flip(cluster, runtime, names, len(names) / args.flip_rate)
+        try:
+            done = child.expect("done", len(names) / args.flip_rate + args.event_timeout)
+            m.failures = done["failures"]
+        except TimeoutError:
+            m.notes.append(
+                f"{jobs - len(child.events)} events missing {args.event_timeout:g} s after the flips"
+            )
+        time.sleep(0.2)
+        for event in list(child.events):
+            m.events[event["status"]] = m.events.get(event["status"], 0) + 1
+            written = clock.written.get(event["name"])
+            if written is None:
+                m.missing_write += 1
+            else:
+                m.latencies.append(event["t"] - written)
+        m.peak_rss_kb = max((s["rss_kb"] for s in child.samples), default=0)
+    finally:
+        child.close(300.0 if profile is not None else 30.0)  # a profiled child writes its report at exit
+        clock.stop()
+        cluster.stop_thread()
+    return m
+
+
+def steady(
+    m: Measurement, timed: list[tuple[float, Any]], samples: list[dict[str, Any]], start: float, end: float
+) -> None:
+    m.steady_window = end - start
+    bins = [0.0] * max(1, round(m.steady_window))
+    for t, record in timed:
+        bins[min(len(bins) - 1, int(t - start))] += 1
+        kind = request_kind(record)
+        m.steady_kinds[kind] = m.steady_kinds.get(kind, 0) + 1
+    m.steady_bins = bins
+    inside = [s for s in samples if start <= s["t"] <= end]
+    m.steady_rss_kb = [s["rss_kb"] for s in inside]
+    m.steady_cpu = [
+        100 * (b["cpu_s"] - a["cpu_s"]) / (b["t"] - a["t"]) for a, b in itertools.pairwise(inside)
+    ]
+    if len(inside) >= 2:
+        span = inside[-1]["t"] - inside[0]["t"]
+        m.steady_cpu_mean = 100 * (inside[-1]["cpu_s"] - inside[0]["cpu_s"]) / span
+        m.steady_lines = (inside[-1]["lines"] - inside[0]["lines"]) / span
+    m.steady_lag_max = max((s["lag"] for s in inside), default=0.0)
+
+
+def flip(cluster: LocalKube, runtime: Any, names: list[str], over: float) -> None:
+    ticks = max(1, round(over / 0.1))
+    per_tick = -(-len(names) // ticks)
+    for i in range(0, len(names), per_tick):
+        cluster.call(runtime.finish, names[i : i + per_tick])
+        time.sleep(0.1)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what} within {timeout:g} s")
+        time.sleep(0.2)
+
+
+# -- submit latency ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Submit:
+    interpreter_s: list[float] = field(default_factory=list)  # spawn to the script's first line
+    sdk_import_s: list[float] = field(default_factory=list)
+    operator_import_s: list[float] = field(default_factory=list)
+    first_create_s: list[float] = field(default_factory=list)  # execute() entry -> create request, 1st call
+    first_request_s: list[float] = field(default_factory=list)  # execute() entry -> its first request
+    first_return_s: list[float] = field(default_factory=list)  # execute() entry -> TaskDeferred
+    warm_create_s: list[float] = field(default_factory=list)
+    warm_return_s: list[float] = field(default_factory=list)
+    requests_per_call: list[int] = field(default_factory=list)
+    first_call_imports_s: list[float] = field(default_factory=list)  # modules the first execute() imported
+
+
+def measure_submit(args: argparse.Namespace, workdir: Path) -> Submit:
+    result = Submit()
+    cluster, _ = start_cluster(args.log_every)
+    kubeconfig = cluster.write_kubeconfig(workdir / "submit.kubeconfig")
+    requests = cluster.requests
+    assert hasattr(requests, "between")
+    try:
+        for process in range(args.submit_processes):
+            argv = [
+                sys.executable,
+                "-X",
+                "importtime",  # the imports the first execute() pays are told apart
+                str(CHILD),
+                "submit",
+                f"--prefix=submit-{process}",
+                f"--conn-id={CONN_ID}",
+                f"--calls={args.submit_calls}",
+            ]
+            child = Child(argv, child_env(kubeconfig), workdir / f"submit-{process}.stderr")
+            imports = child.expect("imports", 300)
+            result.interpreter_s.append(imports["booted"] - child.spawned)
+            result.sdk_import_s.append(imports["sdk_s"])
+            result.operator_import_s.append(imports["operator_s"])
+            for call in range(args.submit_calls):
+                done = child.expect("submitted", 120)
+                timed = requests.between(done["began"], done["returned"] + 0.5)
+                creates = [t for t, r in timed if r.method == "POST" and r.path.endswith("/pytorchjobs")]
+                if not creates:
+                    continue
+                create = creates[0] - done["began"]
+                back = done["returned"] - done["began"]
+                result.requests_per_call.append(sum(1 for t, _ in timed if t <= done["returned"]))
+                if call == 0:
+                    result.first_create_s.append(create)
+                    result.first_request_s.append(timed[0][0] - done["began"])
+                    result.first_return_s.append(back)
+                else:
+                    result.warm_create_s.append(create)
+                    result.warm_return_s.append(back)
+            child.close()
+            result.first_call_imports_s.append(imports_during_first_call(child.stderr_path.read_text()))
+    finally:
+        cluster.stop_thread()
+    return result
+
+
+def imports_during_first_call(stderr: str) -> float:
+    """Seconds of (top-level) imports ``-X importtime`` logged between the first and the second execute()."""
+    _, _, after = stderr.partition(f"{MARK} 0\n")
+    first, _, _ = after.partition(f"{MARK} 1\n")
+    total_us = 0
+    for line in first.splitlines():
+        parts = line.split("|")
+        if not line.startswith("import time:") or len(parts) != 3 or not parts[1].strip().isdigit():
+            continue
+        name = parts[2][1:]
+        if not name.startswith(" "):  # nested imports are indented under the one that caused them
+            total_us += int(parts[1])
+    return total_us / 1e6
+
+
+# -- report --------------------------------------------------------------------------------------------------
+
+
+def mb(kb: float) -> str:
+    return f"{kb / 1024:.0f}"
+
+
+def report(runs: list[Measurement], submit: Submit | None, args: argparse.Namespace) -> None:
+    load = os.getloadavg()
+    print(
+        f"\nscale.py: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load[0]:.2f} "
+        f"{load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs; each replica logs a line every "
+        f"{args.log_every:g} s; "
+        f"polling every {args.poll_interval:g} s; steady window {args.window:g} s"
+    )
+    table(
+        f"steady state (window after start-up settled + {args.settle:g} s)",
+        f"{'N':>5} {'mode':<32} {'req/s (1-s bins: min-max, n)':<30} {'RSS MB before':>13} "
+        f"{'steady (min-max, n)':<21} {'per job KB':>10}  {'CPU % (min-max, n)':<22} {'log lines/s':>11}",
+    )
+    for m in runs:
+        rps = spread(m.steady_bins, "{:.1f}", m.steady_rps)
+        rss = spread([v / 1024 for v in m.steady_rss_kb], "{:.0f}")
+        cpu = spread(m.steady_cpu, "{:.0f}", m.steady_cpu_mean)
+        print(
+            f"{m.jobs:>5} {MODES[m.mode]:<32} {rps:<30} {mb(m.rss_before_kb):>13} {rss:<21} "
+            f"{m.per_job_kb:>10.1f}  {cpu:<22} {m.steady_lines:>11.1f}"
+        )
+    print_marginal(runs)
+    table(
+        "start-up (all N triggers start at once, as after a triggerer restart) and status change to event",
+        f"{'N':>5} {'mode':<32} {'start-up req':>12} {'armed s':>8} {'settled s':>9} {'lag max s':>9} "
+        f"{'peak RSS MB':>11}  {'event ms p50':>12} {'p99':>7} {'max':>7} {'n':>5}  events",
+    )
+    for m in runs:
+        lat = [v * 1000 for v in m.latencies]
+        events = ", ".join(f"{k} {v}" for k, v in sorted(m.events.items()))
+        extra = "; ".join(
+            m.notes + ([f"{m.missing_write} without a status write"] if m.missing_write else [])
+        )
+        armed = "-" if m.subscribed_s is None else f"{m.subscribed_s:.1f}"
+        settled = "-" if m.settled_s is None else f"{m.settled_s:.1f}"
+        print(
+            f"{m.jobs:>5} {MODES[m.mode]:<32} {m.startup_requests:>12} {armed:>8} {settled:>9} "
+            f"{m.startup_lag_max:>9.2f} {mb(m.peak_rss_kb):>11}  {pct(lat, 0.5):>12.0f} "
+            f"{pct(lat, 0.99):>7.0f} {max(lat, default=float('nan')):>7.0f} {len(lat):>5}  {events}"
+            f"{' (' + extra + ')' if extra else ''}"
+        )
+    print("\nsteady requests by kind (whole window)")
+    for m in runs:
+        kinds = (
+            ", ".join(f"{k} {v}" for k, v in sorted(m.steady_kinds.items(), key=lambda kv: -kv[1])) or "none"
+        )
+        print(f"{m.jobs:>5} {MODES[m.mode]:<32} {kinds}")
+    print(
+        "\nset-up (not part of the figures): creating the jobs until all pods ran; "
+        "the trigger process's imports"
+    )
+    for m in runs:
+        print(f"{m.jobs:>5} {MODES[m.mode]:<32} jobs {m.setup_s:6.1f} s   imports {m.import_s:5.1f} s")
+    if submit is not None:
+        print_submit(submit)
+
+
+def table(title: str, head: str) -> None:
+    print(f"\n{title}\n{head}\n{'-' * len(head)}")
+
+
+def print_marginal(runs: list[Measurement]) -> None:
+    """RSS growth per added job between the sizes measured: free of the process's fixed start-up cost."""
+    lines = []
+    for mode in MODES:
+        sized = sorted((m for m in runs if m.mode == mode and m.steady_rss_kb), key=lambda m: m.jobs)
+        steps = [
+            f"N {a.jobs}->{b.jobs}: "
+            f"{(median(b.steady_rss_kb) - median(a.steady_rss_kb)) / (b.jobs - a.jobs):.1f}"
+            for a, b in itertools.pairwise(sized)
+        ]
+        if steps:
+            lines.append(f"      {MODES[mode]:<32} {', '.join(steps)}")
+    if lines:
+        print("\nmarginal RSS per added job, KB (steady medians)")
+        print("\n".join(lines))
+
+
+def print_submit(s: Submit) -> None:
+    ms = "{:.0f}"
+    print(
+        "\nsubmit: TrainingJobOperator.execute() (deferrable) entry to the job's create request at the "
+        "server, ms"
+    )
+    rows = [
+        ("first call in a fresh process: to create", s.first_create_s),
+        ("  to its first request", s.first_request_s),
+        ("  to TaskDeferred", s.first_return_s),
+        ("  of which imports inside execute()", s.first_call_imports_s),
+        ("warm (later calls, same process): to create", s.warm_create_s),
+        ("  to TaskDeferred", s.warm_return_s),
+        ("fresh process: interpreter start", s.interpreter_s),
+        ("  import airflow.sdk", s.sdk_import_s),
+        ("  then import the operator module", s.operator_import_s),
+    ]
+    for label, values in rows:
+        print(f"  {label:<46} {spread([v * 1000 for v in values], ms)}")
+    print(f"  requests per call: {spread([float(v) for v in s.requests_per_call], '{:.0f}')}")
+
+
+# -- profile -------------------------------------------------------------------------------------------------
+
+
+def run_profile(args: argparse.Namespace, workdir: Path) -> None:
+    out = workdir / "profile"
+    out.mkdir()
+    jobs = args.profile_jobs
+    m = measure("hub-logs", jobs, args, workdir, profile=out)
+    report([m], None, args)
+    print(
+        f"\nprofile of the logs mode at N={jobs} (cProfile over the whole loop; tracemalloc at the steady "
+        "window)\n"
+    )
+    argv = [sys.executable, str(CHILD), "ssl-cost"]
+    cost = subprocess.run(argv, capture_output=True, text=True, check=True)
+    print(json.loads(cost.stdout)["text"] + " (a fresh process)\n")
+    for name in ("memory.txt", "cpu-tottime.txt", "cpu-cumulative.txt", "cpu-ssl-callers.txt"):
+        path = out / name
+        print(f"==> {name}")
+        print(trim_pstats(path.read_text()) if path.exists() else "(not written: the child stopped early)")
+
+
+def trim_pstats(text: str) -> str:
+    """pstats output without its long header paths."""
+    return "\n".join(
+        line.replace(sys.prefix + "/lib/python3.11/site-packages/", "") for line in text.splitlines()
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--jobs", default="100,500,1000", help="comma-separated N list (default 100,500,1000)"
+    )
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
+    )
+    parser.add_argument("--window", type=float, default=20.0, help="steady window, s (default 20)")
+    parser.add_argument(
+        "--settle", type=float, default=3.0, help="wait after start-up settled, s (default 3)"
+    )
+    parser.add_argument("--settle-max", type=float, default=20.0, help="longest wait for a quiet loop, s")
+    parser.add_argument("--startup-timeout", type=float, default=240.0)
+    parser.add_argument("--setup-timeout", type=float, default=600.0)
+    parser.add_argument("--event-timeout", type=float, default=60.0, help="after the last flip, s")
+    parser.add_argument("--flip-rate", type=float, default=100.0, help="jobs ended per second (100)")
+    parser.add_argument("--log-every", type=float, default=5.0, help="each replica logs a line every ... s")
+    parser.add_argument("--poll-interval", type=float, default=10.0, help="polling baselines' interval, s")
+    parser.add_argument("--sample", type=float, default=0.5, help="trigger process sample interval, s")
+    parser.add_argument("--submit-processes", type=int, default=5, help="fresh processes for submit latency")
+    parser.add_argument("--submit-calls", type=int, default=4, help="execute() calls per process")
+    parser.add_argument("--no-submit", action="store_true", help="skip the submit latency")
+    parser.add_argument("--profile", action="store_true", help="profile the logs mode instead")
+    parser.add_argument("--profile-jobs", type=int, default=300)
+    parser.add_argument("--json", help="also write every figure here")
+    args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(MODES)}")
+    sizes = [int(n) for n in args.jobs.split(",") if n.strip()]
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
+        if args.profile:
+            run_profile(args, Path(tmp))
+            return
+        runs = []
+        for jobs in sizes:
+            for mode in modes:
+                print(f"... {MODES[mode]}, N={jobs}", file=sys.stderr, flush=True)
+                runs.append(measure(mode, jobs, args, Path(tmp)))
+        submit = None if args.no_submit else measure_submit(args, Path(tmp))
+        report(runs, submit, args)
+        if args.json:
+            payload = {"runs": [m.__dict__ for m in runs], "submit": submit.__dict__ if submit else None}
+            Path(args.json).write_text(json.dumps(payload, indent=1))
+
+
+if __name__ == "__main__":
+    main()
