@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ COMPONENTS = {
 }
 ON_KILL_TIMEOUT = 10  # [triggerer] on_kill_timeout: how long BaseTrigger.on_kill() may take
 START_TIMEOUT = 180.0  # a busy 2-core machine needs minutes to start four components
+REQUEST_ATTEMPTS = 3
 
 
 def free_port() -> int:
@@ -98,15 +100,28 @@ class Airflow:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """Call the REST API. A 5xx answer (the api-server's SQLite busy on a loaded machine) is asked again
+        twice, as a user clicks again; the last one fails with the api-server's traceback."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            f"{self.base_url}/api/v2{path}",
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read() or b"null")
+        for attempt in range(REQUEST_ATTEMPTS):
+            req = urllib.request.Request(
+                f"{self.base_url}/api/v2{path}",
+                data=data,
+                method=method,
+                headers={"Content-Type": "application/json", "Accept": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    return json.loads(resp.read() or b"null")
+            except urllib.error.HTTPError as err:
+                if err.code < 500:
+                    raise
+                tail = "\n".join(self.output("api-server").splitlines()[-60:])
+                print(f"{method} {path}: HTTP {err.code} (attempt {attempt + 1}); api-server:\n{tail}")
+                if attempt == REQUEST_ATTEMPTS - 1:
+                    raise AssertionError(f"{method} {path}: HTTP {err.code}\n{tail}") from err
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
 
     def trigger(self, dag_id: str, run_id: str) -> None:
         self.request("POST", f"/dags/{dag_id}/dagRuns", {"dag_run_id": run_id, "logical_date": None})
@@ -263,6 +278,8 @@ def deploy(
         [sys.executable, "-m", "airflow", "db", "migrate"], env=env, cwd=home, capture_output=True, text=True
     )
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+    with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
+        db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers no longer block the writers
 
     deployment = Airflow(home, f"http://127.0.0.1:{api_port}", env)
     try:
