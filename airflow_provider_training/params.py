@@ -11,10 +11,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_training.kinds.base import JobState
-
-# The states a wait can target: a job is waited for until it succeeded, or until it runs.
-TARGET_STATES = (JobState.SUCCEEDED.value, JobState.RUNNING.value)
+# The states a wait can target: a job is waited for until it succeeded, or until it runs (JobState values,
+# spelled out so that DAG parsing does not import the kinds; tests/operators/test_parameters.py checks them).
+TARGET_STATES = ("Succeeded", "Running")
 # The operator's wait_until: a target state, or None (return after submitting).
 WAIT_UNTIL = (*TARGET_STATES, None)
 ACTIONS_IF_EXISTS = ("reattach", "recreate", "fail")

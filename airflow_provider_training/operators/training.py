@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf
 
-from airflow_provider_training import naming
 from airflow_provider_training.links import TrainingJobLink
 from airflow_provider_training.params import (
     ACTIONS_IF_EXISTS,
@@ -34,17 +33,11 @@ from airflow_provider_training.params import (
     check_seconds,
     check_text,
 )
-from airflow_provider_training.results import (
-    TrainingJobError,
-    build_result,
-    failure_message,
-    finish_deletion,
-    result_line,
-)
-from airflow_provider_training.submission import JobSubmitter
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_training.submission import JobSubmitter
 
 
 def status_grace_period() -> float:
@@ -137,6 +130,8 @@ class TrainingJobOperator(BaseOperator):
         self._job_ref: dict[str, Any] | None = None
 
     def _submitter(self) -> JobSubmitter:
+        from airflow_provider_training.submission import JobSubmitter
+
         return JobSubmitter(
             kubernetes_conn_id=self.kubernetes_conn_id,
             action_if_job_exists=self.action_if_job_exists,
@@ -149,6 +144,9 @@ class TrainingJobOperator(BaseOperator):
         check_namespace("namespace", self.namespace)
 
     def execute(self, context: Context) -> Any:
+        from airflow_provider_training import naming
+        from airflow_provider_training.results import build_result
+
         self._check_rendered()
         submitter = self._submitter()
         kind, body = submitter.prepare(
@@ -213,6 +211,14 @@ class TrainingJobOperator(BaseOperator):
         A timed-out job is deleted; a finished one as ``on_finish_action`` says; after an ``error`` event
         (the wait broke, not the job) the job is kept.
         """
+        from airflow_provider_training.results import (
+            TrainingJobError,
+            build_result,
+            failure_message,
+            finish_deletion,
+            result_line,
+        )
+
         self._job_ref = ref = dict(event.get("job") or self._job_ref or {})
         if why := finish_deletion({**event, "job": ref}, self.on_finish_action):
             self._delete(ref, why)

@@ -21,7 +21,6 @@ from airflow_provider_training.params import (
     check_namespace,
     check_text,
 )
-from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -147,6 +146,8 @@ class TrainingJobSensor(BaseSensorOperator):
             return False
         self.log.info("%s %s is %s", kind.kind, self.job_name, status.state.value)
         if status.stalled:  # no status past the grace period: nothing runs the job
+            from airflow_provider_training.results import TrainingJobSensorError
+
             raise TrainingJobSensorError(f"{kind.kind} {self.job_name}: {status.message}")
         state = status.state.value
         if state not in ("Failed", "Succeeded", self.target_state):
@@ -158,6 +159,8 @@ class TrainingJobSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
+
         if event.get("status") == "timeout":
             raise AirflowSensorTimeout(f"{event.get('message')}")
         raise_for_event(event, TrainingJobSensorError)

@@ -206,3 +206,11 @@ def test_suspend_operator_refuses_a_bad_value_before_any_request(cluster, param,
         op.execute(make_context())
 
     assert len(cluster.requests) == before
+
+
+def test_the_target_state_choices_are_job_states():
+    """params spells the target states out (DAG parsing does not import the kinds); they are JobState's."""
+    from airflow_provider_training.kinds.base import JobState
+    from airflow_provider_training.params import TARGET_STATES
+
+    assert TARGET_STATES == (JobState.SUCCEEDED.value, JobState.RUNNING.value)
