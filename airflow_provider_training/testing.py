@@ -17,14 +17,33 @@ call ``localkube.create_namespaces("team-a")``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_training.localkube.cluster import LocalKube
 
 CONN_ID = "kubernetes_default"
+SCRIPTED_IMAGE = "localkube/scripted:latest"
+
+
+def scripted_job(
+    kind: str,
+    script: Mapping[str, Any],
+    replicas: Mapping[str, int],
+    *,
+    command: Sequence[str] = ("python", "train.py"),
+    **options: Any,
+) -> dict[str, Any]:
+    """A ``kind`` job manifest whose pods follow ``script`` on localkube's scripted runtime (its image and
+    ``localkube.dev/script`` annotation; docs/localkube-runtimes.md); ``options`` go to ``build_job``."""
+    from airflow_provider_training.localkube.runtime.script import ANNOTATION
+    from airflow_provider_training.specs import build_job
+
+    annotations = {ANNOTATION: json.dumps(script), **options.pop("annotations", {})}
+    return build_job(kind, SCRIPTED_IMAGE, list(command), dict(replicas), annotations=annotations, **options)
 
 
 @pytest.fixture

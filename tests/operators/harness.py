@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.runtime import ANNOTATION
 from airflow_provider_training.localkube.store import ApiError
-from airflow_provider_training.testing import connection_json
+from airflow_provider_training.testing import connection_json, scripted_job
 
 NAMESPACE = "default"
 
@@ -68,17 +67,13 @@ def manifest(
     case: KindCase, script: Mapping[str, Any], *, restart_policy: str = "Never", **options: Any
 ) -> dict[str, Any]:
     """A job of ``case`` whose pods follow ``script`` (the scripted runtime's timeline)."""
-    from airflow_provider_training.specs import build_job
-
-    annotations = {ANNOTATION: json.dumps(script), **options.pop("annotations", {})}
     spec = {**case.spec, **options.pop("spec", {})}
-    return build_job(
+    return scripted_job(
         case.kind,
-        "localkube/scripted:latest",
-        ["train"],
-        dict(case.replicas),
+        script,
+        case.replicas,
+        command=["train"],
         restart_policy=restart_policy,
-        annotations=annotations,
         **({"spec": spec} if spec else {}),
         **options,
     )

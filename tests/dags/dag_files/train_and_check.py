@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
 from airflow.sdk import DAG
 
 from airflow_provider_training.operators import PyTorchJobOperator
 from airflow_provider_training.sensors import PyTorchJobSensor
-from airflow_provider_training.specs import build_job
+from airflow_provider_training.testing import scripted_job
 
 # localkube's scripted runtime: every replica logs two lines and exits 0 after 0.2 s.
 SCRIPT = {"default": {"duration": 0.2, "logs": ["epoch 1 loss 0.41", "model saved"]}}
 
-JOB = build_job(
-    "PyTorchJob",
-    image="localkube/scripted:latest",
-    command=["python", "train.py"],
-    replicas={"Master": 1, "Worker": 2},
-    annotations={"localkube.dev/script": json.dumps(SCRIPT)},
-)
+JOB = scripted_job("PyTorchJob", SCRIPT, {"Master": 1, "Worker": 2})
 
 with DAG("train_and_check", schedule=None, catchup=False) as dag:
     train = PyTorchJobOperator(

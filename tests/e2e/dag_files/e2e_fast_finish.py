@@ -3,25 +3,17 @@ ends seconds after its task deferred (localkube, scripted); names derived from t
 
 from __future__ import annotations
 
-import json
-
 from airflow.sdk import DAG
 
 from airflow_provider_training.operators import PyTorchJobOperator
-from airflow_provider_training.specs import build_job
+from airflow_provider_training.testing import scripted_job
 
 JOBS = 20
 
 
 def job(seconds: int) -> dict:
     script = {"default": {"duration": seconds, "logs": [f"ran {seconds} s"]}}
-    return build_job(
-        "PyTorchJob",
-        image="localkube/scripted:latest",
-        command=["python", "train.py"],
-        replicas={"Master": 1},
-        annotations={"localkube.dev/script": json.dumps(script)},
-    )
+    return scripted_job("PyTorchJob", script, {"Master": 1})
 
 
 with DAG("e2e_fast_finish", schedule=None, catchup=False, max_active_tasks=JOBS) as dag:

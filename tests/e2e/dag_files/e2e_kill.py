@@ -7,12 +7,10 @@ per cell, the job named after the run (``kill-<run id>``, so every try of a run 
 
 from __future__ import annotations
 
-import json
-
 from airflow.sdk import DAG
 
 from airflow_provider_training.operators import PyTorchJobOperator
-from airflow_provider_training.specs import build_job
+from airflow_provider_training.testing import scripted_job
 
 SCRIPT = {"default": {"duration": None, "logs": ["step 1"]}}  # runs until its pod is deleted
 
@@ -25,13 +23,7 @@ for dag_id, (job_name, deferrable, action) in DAGS.items():
     with DAG(dag_id, schedule=None, catchup=False) as dag:
         PyTorchJobOperator(
             task_id="train",
-            job=build_job(
-                "PyTorchJob",
-                image="localkube/scripted:latest",
-                command=["python", "train.py"],
-                replicas={"Master": 1},
-                annotations={"localkube.dev/script": json.dumps(SCRIPT)},
-            ),
+            job=scripted_job("PyTorchJob", SCRIPT, {"Master": 1}),
             job_name=job_name,
             deferrable=deferrable,
             on_kill_action=action,

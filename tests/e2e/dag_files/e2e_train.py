@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 from airflow.sdk import DAG
 
 from airflow_provider_training.operators import PyTorchJobOperator
-from airflow_provider_training.specs import build_job
+from airflow_provider_training.testing import scripted_job
 
 SCRIPT = {"default": {"duration": 3, "logs": ["epoch 1 loss 0.41", "epoch 2 loss 0.30", "model saved"]}}
 
-JOB = build_job(
-    "PyTorchJob",
-    image="localkube/scripted:latest",
-    command=["python", "train.py"],
-    replicas={"Master": 1, "Worker": 1},
-    annotations={"localkube.dev/script": json.dumps(SCRIPT)},
-)
+JOB = scripted_job("PyTorchJob", SCRIPT, {"Master": 1, "Worker": 1})
 
 with DAG("e2e_train", schedule=None, catchup=False) as dag:
     PyTorchJobOperator(
