@@ -339,6 +339,12 @@ def _grace_period(pod: Mapping[str, Any]) -> float:
     return float(30 if seconds is None else seconds)
 
 
+def stored_reference(context: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The job identity this task instance's latest try stored after its create, if any."""
+    stored = context["task_state_store"].get(STATE_KEY)
+    return dict(stored) if isinstance(stored, Mapping) else None
+
+
 def _remember(store: Any, ref: Mapping[str, Any]) -> None:
     """Persist the job identity for the next try."""
     store.set(STATE_KEY, dict(ref))

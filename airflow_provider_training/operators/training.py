@@ -205,6 +205,21 @@ class TrainingJobOperator(BaseOperator):
             push_result=self.do_xcom_push,
         )
 
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Resume after the deferral. When Airflow timed the deferral out itself (no triggerer ran the trigger
+        until past the deadline, so the trigger's own ``timeout`` event never came), the job is deleted as
+        that event would have deleted it; a failed trigger (the wait broke, not the job) keeps it."""
+        from airflow.sdk.exceptions import TaskDeferralTimeout
+
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except TaskDeferralTimeout:
+            from airflow_provider_training.submission import stored_reference
+
+            if ref := stored_reference(context):
+                self._delete(ref, "the deferral timed out")
+            raise
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Turn the trigger's event into the XCom result or a :class:`TrainingJobError`, then clean up.
 

@@ -149,6 +149,29 @@ def test_reattach_to_a_succeeded_job_returns_its_result_without_deferring(cluste
     assert len(owned(cluster, retry)) == 1
 
 
+@pytest.mark.parametrize("failure", ["timeout", "trigger failed"])
+def test_a_deferral_airflow_failed_deletes_the_job_only_when_it_timed_out(cluster, failure):
+    """The scheduler fails a deferral itself (``__fail__``) when no triggerer ran it past its timeout, or
+    when the trigger raised; a timeout deletes the job as the trigger's own timeout would."""
+    from airflow.sdk.bases.operator import TriggerFailureReason
+    from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
+
+    context = make_context()
+    op = pytorch(FOREVER, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    uid = owned(cluster, context)[0]["metadata"]["uid"]
+    error = TriggerFailureReason.TRIGGER_TIMEOUT if failure == "timeout" else "Trigger failure"
+
+    resumed = pytorch(FOREVER, deferrable=True)  # a fresh worker process resumes the task
+    with pytest.raises(TaskDeferralTimeout if failure == "timeout" else TaskDeferralError):
+        resumed.resume_execution("__fail__", {"error": error}, context)
+
+    left = [j["metadata"]["uid"] for j in owned(cluster, context) if "deletionTimestamp" not in j["metadata"]]
+    assert left == ([] if failure == "timeout" else [uid])
+    asyncio.run(deferred.value.trigger.on_kill())
+
+
 def test_reattach_replaces_a_failed_job(cluster):
     context = make_context()
     with pytest.raises(TrainingJobError):

@@ -213,4 +213,4 @@ def test_the_target_state_choices_are_job_states():
     from airflow_provider_training.kinds.base import JobState
     from airflow_provider_training.params import TARGET_STATES
 
-    assert TARGET_STATES == (JobState.SUCCEEDED.value, JobState.RUNNING.value)
+    assert (JobState.SUCCEEDED.value, JobState.RUNNING.value) == TARGET_STATES
