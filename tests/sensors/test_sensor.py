@@ -129,6 +129,7 @@ def test_poke_reads_the_status_once_and_waits_for_a_missing_job(cluster):
     reads = [r for r in cluster.requests[before:] if r.path == path]
     assert [r.method for r in reads] == ["GET", "GET"]
     assert len(cluster.requests) - before == 2  # one status read per poke, nothing else
+    wait_for(lambda: _has_true(job_or_none(cluster, case, "sensor-later"), "Running"))  # at its own pace
     running = TrainingJobSensor(
         task_id="wait", kind="PyTorchJob", job_name="sensor-later", target_state="Running"
     )
