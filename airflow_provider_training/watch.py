@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import weakref
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,6 +69,9 @@ class _Subscriber:
     def __init__(self, name: str | None, selectors: list[list[Requirement]] | None) -> None:
         self.name = name
         self.selectors = selectors
+        # (label key, values) per selector, one of its terms an object must carry to match (``None``: some
+        # selector has no such term, so every change is offered to this subscriber).
+        self.terms = _index_terms(selectors) if name is None else None
         self.queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
         self.primed = False
         self.buffer: list[tuple[str, dict[str, Any]]] | None = None  # changes seen while confirming
@@ -76,14 +79,14 @@ class _Subscriber:
         self.matching: set[str] = set()  # for selector subscribers: the names it currently sees
         self.confirming: asyncio.Task[None] | None = None
 
-    def prime(self, objects: dict[str, dict[str, Any]]) -> None:
-        """Deliver the cached state: the named object, or every matching object."""
+    def prime(self, objects: Iterable[dict[str, Any]]) -> None:
+        """Deliver the cached state: the named object, or every matching one among ``objects``."""
         self.primed = True
-        if self.name is not None:
-            self.queue.put_nowait(WatchEvent(ADDED, objects[self.name]))
-            return
-        for obj in objects.values():
-            self.offer(ADDED, obj)
+        for obj in objects:
+            if self.name is not None:
+                self.queue.put_nowait(WatchEvent(ADDED, obj))
+            else:
+                self.offer(ADDED, obj)
 
     def prime_confirmed(self, obj: dict[str, Any] | None, namespace: str) -> None:
         """Deliver what a GET found (``None``: a DELETED marker), then the changes seen meanwhile."""
@@ -129,6 +132,128 @@ class _Subscriber:
             yield item
 
 
+def _index_terms(selectors: list[list[Requirement]] | None) -> list[tuple[str, frozenset[str]]] | None:
+    """For each selector its first ``key=value`` or ``key in (...)`` term; ``None`` if one has none."""
+    if selectors is None:
+        return None
+    terms = []
+    for selector in selectors:
+        term = next((req for req in selector if req.op in ("=", "in")), None)
+        if term is None:
+            return None
+        terms.append((term.key, term.values))
+    return terms
+
+
+class _Index:
+    """Which subscribers an object's change concerns, and which cached objects a new subscriber sees.
+
+    Subscribers are found by the object's name, by the values of the label keys their selectors require,
+    or (selectors without such a term) always; cached object names by those label values. An event thus
+    costs its own subscribers, not all of them, and a new subscription replays its own objects only.
+    """
+
+    def __init__(self) -> None:
+        self.named: dict[str, list[_Subscriber]] = {}
+        self.labelled: dict[str, dict[str, list[_Subscriber]]] = {}  # label key -> value -> subscribers
+        self.always: list[_Subscriber] = []
+        self.objects_by: dict[str, dict[str, dict[str, None]]] = {}  # label key -> value -> names (ordered)
+
+    def add(self, sub: _Subscriber, objects: dict[str, dict[str, Any]]) -> None:
+        if sub.name is not None:
+            self.named.setdefault(sub.name, []).append(sub)
+        elif sub.terms is None:
+            self.always.append(sub)
+        else:
+            for key, values in sub.terms:
+                if key not in self.labelled:
+                    self.labelled[key] = {}
+                    self.objects_by[key] = {}
+                    for obj in objects.values():
+                        self._index_object(key, obj)
+                for value in values:
+                    self.labelled[key].setdefault(value, []).append(sub)
+
+    def remove(self, sub: _Subscriber) -> None:
+        if sub.name is not None:
+            _discard(self.named, sub.name, sub)
+        elif sub.terms is None:
+            self.always.remove(sub)
+        else:
+            for key, values in sub.terms:
+                for value in values:
+                    _discard(self.labelled[key], value, sub)
+
+    def reset(self, objects: dict[str, dict[str, Any]]) -> None:
+        """Index a new set of cached objects (the first LIST)."""
+        for key in self.objects_by:
+            self.objects_by[key] = {}
+            for obj in objects.values():
+                self._index_object(key, obj)
+
+    def update(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        """One cached object replaced (``None``: absent)."""
+        for key, names in self.objects_by.items():
+            if before is not None and (value := _labels(before).get(key)) is not None:
+                _discard(names, value, _name(before))
+            if after is not None:
+                self._index_object(key, after)
+
+    def _index_object(self, key: str, obj: dict[str, Any]) -> None:
+        if (value := _labels(obj).get(key)) is not None:
+            self.objects_by[key].setdefault(value, {})[_name(obj)] = None
+
+    def subscribers(self, *versions: dict[str, Any] | None) -> list[_Subscriber]:
+        """The subscribers a change between these versions of one object concerns: by its name, and by
+        the labels of each version (the old one's reach the subscribers that saw it match, to learn it no
+        longer does)."""
+        found: dict[int, _Subscriber] = {}
+        for obj in versions:
+            if obj is None:
+                continue
+            for sub in self.named.get(_name(obj), ()):
+                found[id(sub)] = sub
+            labels = _labels(obj)
+            for key, by_value in self.labelled.items():
+                if (value := labels.get(key)) is not None:
+                    for sub in by_value.get(value, ()):
+                        found[id(sub)] = sub
+        for sub in self.always:
+            found[id(sub)] = sub
+        return list(found.values())
+
+    def objects_of(self, sub: _Subscriber, objects: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """The cached objects a selector subscriber may select (all for one without index terms)."""
+        if sub.terms is None:
+            return list(objects.values())
+        names: dict[str, None] = {}
+        for key, values in sub.terms:
+            for value in values:
+                names.update(self.objects_by[key].get(value, {}))
+        return [objects[name] for name in names]
+
+
+def _discard(index: dict[str, Any], key: str, item: Any) -> None:
+    """Remove ``item`` from the list or dict at ``index[key]``, and the key once it is empty."""
+    members = index.get(key)
+    if members is None:
+        return
+    if isinstance(members, dict):
+        members.pop(item, None)
+    elif item in members:
+        members.remove(item)
+    if not members:
+        del index[key]
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
 class _SharedWatch:
     """The LIST+WATCH loop of one (connection, resource, namespace), with its own hook and client."""
 
@@ -141,6 +266,7 @@ class _SharedWatch:
         self.resource_version: str | None = None
         self.synced = False
         self.subscribers: list[_Subscriber] = []
+        self.index = _Index()
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"watch {resource.key}/{namespace}"
         )
@@ -151,12 +277,20 @@ class _SharedWatch:
 
     def add(self, sub: _Subscriber) -> None:
         self.subscribers.append(sub)
+        self.index.add(sub, self.objects)
         if self.synced:
             self._prime(sub)
 
+    def remove(self, sub: _Subscriber) -> None:
+        self.subscribers.remove(sub)
+        self.index.remove(sub)
+
     def _prime(self, sub: _Subscriber) -> None:
-        if sub.name is None or sub.name in self.objects:
-            sub.prime(self.objects)
+        if sub.name is None:
+            sub.prime(self.index.objects_of(sub, self.objects))
+            return
+        if sub.name in self.objects:
+            sub.prime([self.objects[sub.name]])
             return
         # Absent from the cache: it may have been created a moment ago and its event not be here yet.
         sub.buffer = []
@@ -224,12 +358,13 @@ class _SharedWatch:
         self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
         if not self.synced:
             self.objects = current
+            self.index.reset(current)
             self.synced = True
             for sub in self.subscribers:
-                if sub.name is None or sub.name in current:
-                    sub.prime(current)
-                else:  # the LIST was read just now: its absence needs no confirmation
-                    sub.prime_confirmed(None, self.namespace)
+                if sub.name is not None and sub.name not in current:
+                    sub.prime_confirmed(None, self.namespace)  # the LIST was read just now: no GET needed
+                else:
+                    self._prime(sub)
             return
         # A relist: report what the expired watch missed.
         for name, gone in list(self.objects.items()):
@@ -260,11 +395,11 @@ class _SharedWatch:
 
     def _apply(self, type_: str, obj: dict[str, Any]) -> None:
         name = obj.get("metadata", {}).get("name", "")
-        if type_ == DELETED:
-            self.objects.pop(name, None)
-        else:
+        before = self.objects.pop(name, None) if type_ == DELETED else self.objects.get(name)
+        if type_ != DELETED:
             self.objects[name] = obj
-        for sub in self.subscribers:
+        self.index.update(before, None if type_ == DELETED else obj)
+        for sub in self.index.subscribers(before, obj):
             sub.offer(type_, obj)
 
 
@@ -347,7 +482,7 @@ class WatchHub:
             self._count(subscribers=-1)
             if sub.confirming is not None:
                 sub.confirming.cancel()
-            watch.subscribers.remove(sub)
+            watch.remove(sub)
             if not watch.subscribers:
                 if self._watches.get(key) is watch:
                     del self._watches[key]
