@@ -47,6 +47,7 @@ class WaitOptions:
     poll_interval: float = 5.0
     get_logs: bool = True
     log_replicas: str | list[str] = "master"
+    max_log_streams: int | None = None  # ReplicaLogStreamer's max_streams
     uid: str | None = None
     allow_missing: bool = False
     log_resume: Mapping[str, Any] | None = None  # ReplicaLogStreamer.cursors() of a previous trigger
@@ -313,6 +314,7 @@ class JobWaiter:
             resume=self.opts.log_resume,
             mark_until=self.opts.log_mark_until,
             pod_times=True,
+            max_streams=self.opts.max_log_streams,
         )
 
     @property

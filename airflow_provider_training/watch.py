@@ -417,6 +417,10 @@ def _not_newer(version: str | None, floor: str | None) -> bool:
         return False
 
 
+def _watch_key(hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str) -> Hashable:
+    return (hook.connection_key, resource.group, resource.version, resource.plural, namespace)
+
+
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchHub] = weakref.WeakKeyDictionary()
 
 
@@ -442,6 +446,14 @@ class WatchHub:
     def stats(self) -> HubStats:
         live = sum(watch.hook.request_count for watch in self._watches.values() if not watch.task.done())
         return replace(self._stats, requests=self._stats.requests + live)
+
+    def cached(
+        self, hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """An object as the running shared watch of its resource and namespace last saw it (``None``: no such
+        watch, not listed yet, or no such object). Costs no request."""
+        watch = self._watches.get(_watch_key(hook, resource, namespace))
+        return watch.objects.get(name) if watch is not None and watch.synced else None
 
     def _count(self, **deltas: int) -> None:
         self._stats = replace(self._stats, **{k: getattr(self._stats, k) + v for k, v in deltas.items()})
@@ -469,7 +481,7 @@ class WatchHub:
         given = [label_selector] if isinstance(label_selector, str) else list(label_selector or ())
         # No selector, or an empty one among them, selects every object.
         selectors = [parse_label_selector(s) for s in given] if given and all(given) else None
-        key = (hook.connection_key, resource.group, resource.version, resource.plural, namespace)
+        key = _watch_key(hook, resource, namespace)
         watch = self._watches.get(key)
         if watch is None or watch.task.done():
             watch = self._watches[key] = _SharedWatch(self, hook.copy(), resource, namespace)
