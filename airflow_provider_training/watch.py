@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import weakref
-from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +45,11 @@ class WatchEvent:
         return str(self.object.get("metadata", {}).get("name", ""))
 
 
+# Called with each event of a subscription, or the error that ended it, on the hub's watch task: it must
+# not block or raise (put it in a queue).
+Deliver = Callable[["WatchEvent | BaseException"], None]
+
+
 @dataclass(frozen=True)
 class HubStats:
     """Counters of a hub's API traffic, for benchmarks and tests."""
@@ -66,13 +71,20 @@ class _Subscriber:
     while a named object's absence is being confirmed by a GET, buffered and replayed after it.
     """
 
-    def __init__(self, name: str | None, selectors: list[list[Requirement]] | None) -> None:
+    def __init__(
+        self, name: str | None, selectors: list[list[Requirement]] | None, deliver: Deliver | None = None
+    ) -> None:
         self.name = name
         self.selectors = selectors
         # (label key, values) per selector, one of its terms an object must carry to match (``None``: some
         # selector has no such term, so every change is offered to this subscriber).
         self.terms = _index_terms(selectors) if name is None else None
-        self.queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
+        # Its events go to ``deliver`` (a subscriber that has its own queue) or to a queue of its own.
+        self.queue: asyncio.Queue[WatchEvent | BaseException] | None = None
+        if deliver is None:
+            self.queue = asyncio.Queue()
+            deliver = self.queue.put_nowait
+        self.put: Deliver = deliver
         self.primed = False
         self.buffer: list[tuple[str, dict[str, Any]]] | None = None  # changes seen while confirming
         self.floor: str | None = None  # the resourceVersion the first event showed; older changes are stale
@@ -84,7 +96,7 @@ class _Subscriber:
         self.primed = True
         for obj in objects:
             if self.name is not None:
-                self.queue.put_nowait(WatchEvent(ADDED, obj))
+                self.put(WatchEvent(ADDED, obj))
             else:
                 self.offer(ADDED, obj)
 
@@ -92,9 +104,9 @@ class _Subscriber:
         """Deliver what a GET found (``None``: a DELETED marker), then the changes seen meanwhile."""
         if obj is None:
             marker = {"metadata": {"name": self.name, "namespace": namespace}}
-            self.queue.put_nowait(WatchEvent(DELETED, marker))
+            self.put(WatchEvent(DELETED, marker))
         else:
-            self.queue.put_nowait(WatchEvent(ADDED, obj))
+            self.put(WatchEvent(ADDED, obj))
             self.floor = _rv(obj)
         self.primed = True
         buffered, self.buffer = self.buffer or [], None
@@ -110,21 +122,22 @@ class _Subscriber:
         name = obj.get("metadata", {}).get("name", "")
         if self.name is not None:
             if name == self.name and not _not_newer(_rv(obj), self.floor):
-                self.queue.put_nowait(WatchEvent(type_, obj))
+                self.put(WatchEvent(type_, obj))
             return
         selected = type_ != DELETED and self.selects(obj)
         if selected:
             seen = name in self.matching
             self.matching.add(name)
-            self.queue.put_nowait(WatchEvent(MODIFIED if seen else ADDED, obj))
+            self.put(WatchEvent(MODIFIED if seen else ADDED, obj))
         elif name in self.matching:
             self.matching.discard(name)
-            self.queue.put_nowait(WatchEvent(DELETED, obj))
+            self.put(WatchEvent(DELETED, obj))
 
     def selects(self, obj: dict[str, Any]) -> bool:
         return self.selectors is None or any(labels_match(terms, obj) for terms in self.selectors)
 
     async def events(self) -> AsyncIterator[WatchEvent]:
+        assert self.queue is not None, "a subscriber with a deliver callable has no events to iterate"
         while True:
             item = await self.queue.get()
             if isinstance(item, BaseException):
@@ -301,7 +314,7 @@ class _SharedWatch:
         try:
             obj = await self.hook.get_object(self.resource, sub.name, self.namespace)
         except Exception as err:
-            sub.queue.put_nowait(err)
+            sub.put(err)
             return
         sub.prime_confirmed(obj, self.namespace)
 
@@ -340,7 +353,7 @@ class _SharedWatch:
         except Exception as err:
             log.warning("Watch of %s failed: %s", self._label, err)
             for sub in self.subscribers:
-                sub.queue.put_nowait(err)
+                sub.put(err)
         finally:
             self.hub._count(active_watches=-1, requests=self.hook.request_count)
             await self.hook.close()
@@ -354,7 +367,7 @@ class _SharedWatch:
     async def _list(self) -> None:
         self.hub._count(lists=1)
         listed = await self.hook.list_objects(self.resource, self.namespace)
-        current = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+        current = {item["metadata"]["name"]: _trim(item) for item in listed.get("items") or []}
         self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
         if not self.synced:
             self.objects = current
@@ -389,7 +402,7 @@ class _SharedWatch:
             obj = event.get("object") or {}
             version = _rv(obj)
             if event.get("type") != "BOOKMARK":
-                self._apply(str(event.get("type")), obj)
+                self._apply(str(event.get("type")), _trim(obj))
             if version:
                 self.resource_version = version
 
@@ -401,6 +414,13 @@ class _SharedWatch:
         self.index.update(before, None if type_ == DELETED else obj)
         for sub in self.index.subscribers(before, obj):
             sub.offer(type_, obj)
+
+
+def _trim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without ``metadata.managedFields`` (server-side apply bookkeeping, often the largest part
+    of an object, which nothing here reads): the hub keeps every object of its watches in memory."""
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
 
 
 def _rv(obj: dict[str, Any]) -> str | None:
@@ -478,6 +498,36 @@ class WatchHub:
         sees an object that stops matching as ``DELETED``. A watch failure that retrying cannot fix (403, an
         unknown resource) is raised from the iterator.
         """
+        async with self._join(hook, resource, namespace, name, label_selector, None) as sub:
+            yield sub.events()
+
+    @contextlib.asynccontextmanager
+    async def feed(
+        self,
+        hook: AsyncTrainingJobHook,
+        resource: ResourceRef,
+        namespace: str,
+        deliver: Deliver,
+        *,
+        name: str | None = None,
+        label_selector: str | Sequence[str] | None = None,
+    ) -> AsyncIterator[None]:
+        """The events of :meth:`subscribe`, each handed to ``deliver`` as it arrives (and the error that
+        ended the watch, instead of raising it): for a subscriber that merges several subscriptions into a
+        queue of its own, without a queue and a task per subscription."""
+        async with self._join(hook, resource, namespace, name, label_selector, deliver):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _join(
+        self,
+        hook: AsyncTrainingJobHook,
+        resource: ResourceRef,
+        namespace: str,
+        name: str | None,
+        label_selector: str | Sequence[str] | None,
+        deliver: Deliver | None,
+    ) -> AsyncIterator[_Subscriber]:
         given = [label_selector] if isinstance(label_selector, str) else list(label_selector or ())
         # No selector, or an empty one among them, selects every object.
         selectors = [parse_label_selector(s) for s in given] if given and all(given) else None
@@ -485,11 +535,11 @@ class WatchHub:
         watch = self._watches.get(key)
         if watch is None or watch.task.done():
             watch = self._watches[key] = _SharedWatch(self, hook.copy(), resource, namespace)
-        sub = _Subscriber(name, selectors)
+        sub = _Subscriber(name, selectors, deliver)
         watch.add(sub)
         self._count(subscribers=1)
         try:
-            yield sub.events()
+            yield sub
         finally:
             self._count(subscribers=-1)
             if sub.confirming is not None:

@@ -447,3 +447,39 @@ async def test_a_new_subscription_replays_only_its_own_objects(kube, hook, offer
             event = await next_event(late)
             assert (event.type, event.name) == ("ADDED", "job-7")
             assert offers == [(offers[0][0], "job-7")]  # one object offered, not the 30 cached
+
+
+async def test_a_feed_hands_each_event_and_the_ending_error_to_its_callable(kube, hook):
+    hub = WatchHub()
+    create(kube, "job-a")
+    got: list = []
+    async with hub.feed(hook, JOB, "default", got.append, name="job-a"):
+        await until(lambda: len(got) == 1)
+        relabel(kube, "job-a", {"step": "1"})
+        await until(lambda: len(got) == 2)
+    assert [(e.type, e.name) for e in got] == [("ADDED", "job-a"), ("MODIFIED", "job-a")]
+    unknown = ResourceRef("example.com", "v1", "widgets", "Widget")
+    errors: list = []
+    async with hub.feed(hook, unknown, "default", errors.append, name="w"):
+        await until(lambda: len(errors) == 1)
+    assert isinstance(errors[0], KubeApiError) and errors[0].status == 404  # handed over, not raised
+
+
+async def test_the_cache_drops_managed_fields(kube, hook):
+    hub = WatchHub()
+    managed = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+    body = {**job_body("listed"), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+    body["metadata"]["managedFields"] = managed
+    kube.store.create(rtype(kube, JOB), "default", body)
+    async with hub.subscribe(hook, JOB, "default", label_selector="") as events:
+        listed = await next_event(events)
+        watched_body = {**job_body("watched"), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+        watched_body["metadata"]["managedFields"] = managed
+        kube.store.create(rtype(kube, JOB), "default", watched_body)
+        watched = await next_event(events)
+    assert (listed.name, watched.name) == ("listed", "watched")
+    assert (
+        "managedFields" not in listed.object["metadata"] and "managedFields" not in watched.object["metadata"]
+    )
+    stored = kube.store.get(rtype(kube, JOB), "default", "listed")
+    assert stored["metadata"].get("managedFields") == managed  # the server kept them: the hub dropped them
