@@ -152,7 +152,8 @@ class _Pod:
         self.restarts_read: int | None = None  # restartCount when we last caught up on instances
         # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
         self.unread: str | None = "its log was not read"
-        self.tail: collections.deque[str] = collections.deque(maxlen=tail)
+        self.tail_lines = tail
+        self.tail: collections.deque[str] | None = None  # made with the first line: most pods say little
         self.task: asyncio.Task[None] | None = None
 
     def update(self, pod: dict[str, Any] | None) -> None:
@@ -254,7 +255,7 @@ class ReplicaLogStreamer:
     def tail(self, pod_name: str) -> list[str]:
         """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
         pod = self._pods.get(pod_name)
-        return list(pod.tail) if pod is not None else []
+        return list(pod.tail) if pod is not None and pod.tail is not None else []
 
     @property
     def pod_names(self) -> list[str]:
@@ -519,6 +520,8 @@ class ReplicaLogStreamer:
             await step.pause()
 
     def _emit(self, pod: _Pod, text: str, key: int | None = None) -> None:
+        if pod.tail is None:
+            pod.tail = collections.deque(maxlen=pod.tail_lines)
         pod.tail.append(text)
         self.emitted += 1
         mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""

@@ -332,6 +332,7 @@ class JobWaiter:
             self.name,
             replicas=self.opts.log_replicas,
             emit=self.log.info,
+            tail_lines=TAIL_LINES,  # what a failure message quotes, no more
             resume=self.opts.log_resume,
             mark_until=self.opts.log_mark_until,
             pod_times=True,
