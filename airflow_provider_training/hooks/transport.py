@@ -5,8 +5,8 @@ Every answer is read as bytes and decoded by us: JSON for objects and lists, UTF
 logs. This sidesteps the client's model (de)serialization, which the provider does not need (it works on plain
 dicts), and the kubernetes 36.x pod-log quirks. Retries are the caller's business (see :mod:`.retry`).
 
-Every transport of one configuration on one event loop shares its sessions (connection pools): a triggerer's
-thousand triggers and their log streams hold one pair, not one each. The TLS context (loading the CA bundle
+Every transport of one configuration on one event loop shares its session (connection pool): a triggerer's
+thousand triggers and their log streams hold one, not one each. The TLS context (loading the CA bundle
 costs tens of milliseconds of CPU and most of a megabyte) is built in a worker thread, once per process and
 TLS settings, and only for ``https://`` servers: many triggers starting together on the triggerer's loop
 must not each build one there (``ApiClient`` builds one per client).
@@ -81,42 +81,40 @@ def describe_request(method: str, path: str, query: Query | None = None) -> str:
 
 
 class _Pool:
-    """The aiohttp sessions of one configuration on one event loop, shared by every transport using it.
+    """The aiohttp session of one configuration on one event loop, shared by every transport using it.
 
-    One session for short requests, its connections capped at the configuration's
-    ``connection_pool_maxsize``; one for long-lived streams (watches, log follows), uncapped: each holds a
-    connection for its whole life, so a triggerer following a thousand pods needs a thousand. No TLS
-    context for a plain ``http://`` server. Closed when its last transport closes.
+    Its connections are not capped: each watch and log follow holds one for its whole life (a triggerer
+    following a thousand pods needs a thousand), and the short requests of many triggers ending together
+    must not queue behind a cap their own clients never had (at N = 1,000 with logs, a cap of 100 left the
+    jobs' final reads unanswered a minute after they ended). No TLS context for a plain ``http://`` server.
+    Closed when its last transport closes.
     """
 
     def __init__(self, configuration: Configuration, pools: dict[int, _Pool]) -> None:
         self.configuration = configuration
         self.pools = pools  # its loop's pools, by configuration
         self.users = 0
-        self.sessions: dict[bool, aiohttp.ClientSession] = {}  # by "for streams"
+        self.session: aiohttp.ClientSession | None = None
 
-    async def session(self, streaming: bool) -> aiohttp.ClientSession:
-        session = self.sessions.get(streaming)
-        if session is None:
+    async def open(self) -> aiohttp.ClientSession:
+        if self.session is None:
             cfg = self.configuration
             plain = str(cfg.host).startswith("http://")
             context: ssl.SSLContext | bool = False if plain else await shared_ssl_context(cfg)
-            session = self.sessions.get(streaming)
-            if session is None:  # another transport may have opened it meanwhile
-                limit = 0 if streaming else cfg.connection_pool_maxsize
-                connector = aiohttp.TCPConnector(limit=limit, ssl=context)
-                session = self.sessions[streaming] = aiohttp.ClientSession(
+            if self.session is None:  # another transport may have opened it meanwhile
+                connector = aiohttp.TCPConnector(limit=0, ssl=context)
+                self.session = aiohttp.ClientSession(
                     connector=connector, trust_env=True, read_bufsize=READ_BUFFER
                 )
-        return session
+        return self.session
 
     async def release(self) -> None:
         self.users -= 1
         if self.users == 0:
             if self.pools.get(id(self.configuration)) is self:
                 del self.pools[id(self.configuration)]
-            sessions, self.sessions = list(self.sessions.values()), {}
-            for session in sessions:
+            session, self.session = self.session, None
+            if session is not None:
                 await session.close()
 
 
@@ -136,7 +134,7 @@ def _pool_for(configuration: Configuration) -> _Pool:
 
 class KubeTransport:
     """Requests on one configuration: counted, timed out and re-authenticated per transport, sent over the
-    loop's shared sessions of that configuration (see :class:`_Pool`), joined on the first request."""
+    loop's shared session of that configuration (see :class:`_Pool`), joined on the first request."""
 
     def __init__(
         self,
@@ -157,10 +155,10 @@ class KubeTransport:
             pool, self._pool = self._pool, None
             await pool.release()
 
-    async def _open(self, streaming: bool) -> aiohttp.ClientSession:
+    async def _open(self) -> aiohttp.ClientSession:
         if self._pool is None:
             self._pool = _pool_for(self._configuration)
-        return await self._pool.session(streaming)
+        return await self._pool.open()
 
     async def _send(self, *args: Any) -> aiohttp.ClientResponse:
         resp = await self._send_once(*args)
@@ -182,7 +180,7 @@ class KubeTransport:
         accept: str,
         timeout: aiohttp.ClientTimeout,
     ) -> aiohttp.ClientResponse:
-        session = await self._open(streaming=timeout.total is None)  # stream() sets no total
+        session = await self._open()
         self.requests += 1
         cfg = self._configuration
         headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": USER_AGENT}

@@ -74,18 +74,18 @@ async def test_hooks_on_one_connection_share_the_loops_sessions_until_the_last_c
     pools = {id((await hook.transport())._pool) for hook in hooks}
     pool = (await hooks[0].transport())._pool
     assert len(pools) == 1 and pool is not None and pool.users == 3
-    session = pool.sessions[False]
-    assert len(pool.sessions) == 1  # no stream yet: no streaming session
+    session = pool.session
+    assert session is not None
     for hook in hooks[:2]:
         await hook.close()
     assert not session.closed
     await hooks[2].close()
-    assert session.closed and pool.sessions == {}
+    assert session.closed and pool.session is None
     # A hook used afterwards opens fresh sessions.
     again = AsyncTrainingJobHook(kube_conn, retry=FAST_RETRY)
     assert await again.get_object(JOB, "absent", "default") is None
     fresh = (await again.transport())._pool
-    assert fresh is not pool and not fresh.sessions[False].closed
+    assert fresh is not None and fresh is not pool and fresh.session is not None and not fresh.session.closed
     await again.close()
 
 
@@ -100,7 +100,8 @@ async def test_each_event_loop_has_its_own_sessions(kube, kube_conn):
             await other.get_object(JOB, "absent", "default")
             pool = (await other.transport())._pool
             assert pool is not None
-            session = pool.sessions[False]
+            session = pool.session
+            assert session is not None
             await other.close()
             return pool, session.closed
 
@@ -111,7 +112,7 @@ async def test_each_event_loop_has_its_own_sessions(kube, kube_conn):
     await hook.close()
 
 
-async def test_streams_are_not_capped_by_the_request_pool_and_plain_http_builds_no_tls_context(
+async def test_connections_are_not_capped_by_the_pool_size_and_plain_http_builds_no_tls_context(
     kube, kube_conn, monkeypatch
 ):
     built: list[object] = []
@@ -120,7 +121,7 @@ async def test_streams_are_not_capped_by_the_request_pool_and_plain_http_builds_
     (await hook.transport())._configuration.connection_pool_maxsize = 2
     watches = [asyncio.create_task(_watch_forever(hook)) for _ in range(3)]
     try:
-        # Three open watches at once, more than the request pool's two connections.
+        # Three open watches at once, more than connection_pool_maxsize, and a short request besides.
         await until(lambda: len([r for r in requests_to(kube, "pytorchjobs", watch=True) if r.status]) == 3)
         assert await hook.get_object(JOB, "absent", "default") is None  # short requests still get through
     finally:
