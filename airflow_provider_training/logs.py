@@ -16,7 +16,9 @@ import collections
 import contextlib
 import logging
 import re
+import resource
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -25,6 +27,7 @@ from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
 from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
+from airflow_provider_training.localkube.selectors import labels_match, parse_label_selector
 from airflow_provider_training.watch import DELETED, WatchHub
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,24 @@ _TERMINAL_PHASES = ("Succeeded", "Failed")
 STEP_SECONDS = 0.02
 PIECE_CHARS = 1 << 16
 REPEAT_MARK = "(may repeat) "  # a line a triggerer killed without notice may have emitted already
+
+# The pods followed live on each event loop (one open log stream each, a socket and an API server
+# connection), by every streamer of that loop: what ``max_streams`` counts.
+_followed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def default_stream_limit() -> int:
+    """Half the process's open-file limit (``ulimit -n``): each followed pod holds a socket, and the
+    process needs descriptors for everything else (its watches, requests, the database, log files)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1 << 20 if soft == resource.RLIM_INFINITY else max(1, soft // 2)
+
+
+def followed_pods() -> int:
+    """How many pods the streamers of the running loop follow live now."""
+    return len(_followed.get(asyncio.get_running_loop(), ()))
 
 
 def stamp_key(stamp: str) -> int | None:
@@ -131,7 +152,8 @@ class _Pod:
         self.restarts_read: int | None = None  # restartCount when we last caught up on instances
         # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
         self.unread: str | None = "its log was not read"
-        self.tail: collections.deque[str] = collections.deque(maxlen=tail)
+        self.tail_lines = tail
+        self.tail: collections.deque[str] | None = None  # made with the first line: most pods say little
         self.task: asyncio.Task[None] | None = None
 
     def update(self, pod: dict[str, Any] | None) -> None:
@@ -182,6 +204,10 @@ class ReplicaLogStreamer:
     key (ns) are marked as possibly repeated (the earlier streamer's cursors were not its last ones).
     ``pod_times``: ``emit`` is called with ``timestamp=`` the line's own (kubelet) time, so the log record
     carries the time the replica wrote it.
+
+    ``max_streams``: how many pods the streamers of this event loop (a triggerer) may follow live at once
+    (default :func:`default_stream_limit`). Past it, a streamer following more than the deciding replica
+    follows only that one from then on (pods already followed go on) and says so through ``note``.
     """
 
     def __init__(
@@ -200,6 +226,7 @@ class ReplicaLogStreamer:
         resume: Mapping[str, Sequence[int]] | None = None,
         mark_until: int | None = None,
         pod_times: bool = False,
+        max_streams: int | None = None,
     ) -> None:
         self.hook = hook
         self.kind = kind
@@ -213,6 +240,7 @@ class ReplicaLogStreamer:
         self.resume = dict(resume or {})
         self.mark_until = mark_until
         self.pod_times = pod_times
+        self.max_streams = max_streams
         self.emitted = 0  # lines emitted so far: tells a persister whether the cursors moved
         self._pods: dict[str, _Pod] = {}
         self._replaced: list[_Pod] = []  # earlier incarnations of a pod name, not read to their end
@@ -221,12 +249,13 @@ class ReplicaLogStreamer:
         self._stopping = False
         self._finished = asyncio.Event()
         self._chosen = False
+        self._narrowed = False  # following only the deciding replica (chosen so, or past max_streams)
         self.note = note or emit
 
     def tail(self, pod_name: str) -> list[str]:
         """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
         pod = self._pods.get(pod_name)
-        return list(pod.tail) if pod is not None else []
+        return list(pod.tail) if pod is not None and pod.tail is not None else []
 
     @property
     def pod_names(self) -> list[str]:
@@ -244,7 +273,9 @@ class ReplicaLogStreamer:
     def _selectors(self) -> tuple[str, ...]:
         return replica_selectors(self.kind, self.job_name, master=self.replicas == "master")
 
-    def _wanted(self, replica_type: str) -> bool:
+    def _wanted(self, pod: dict[str, Any], replica_type: str) -> bool:
+        if self.replicas == "master":  # the subscription selects these, unless narrowed to them later
+            return labels_match(parse_label_selector(self.kind.master_selector(self.job_name)), pod)
         if isinstance(self.replicas, str):
             return True
         return replica_type.lower() in {r.lower() for r in self.replicas}
@@ -296,10 +327,39 @@ class ReplicaLogStreamer:
         known = self._pods.get(pod["metadata"]["name"])
         if known is not None and (type_ == DELETED or _uid(pod) == known.uid):
             known.update(None if type_ == DELETED else pod)
-        elif type_ != DELETED and (state := self._track(pod)) is not None:
+        elif type_ != DELETED and self._admit(pod) and (state := self._track(pod)) is not None:
             state.task = asyncio.get_running_loop().create_task(
                 self._follow(state), name=f"logs {state.name}"
             )
+            followed = _followed.setdefault(asyncio.get_running_loop(), set())
+            followed.add(state.task)
+            state.task.add_done_callback(followed.discard)
+
+    def _admit(self, pod: dict[str, Any]) -> bool:
+        """Whether to follow a new pod; past the loop's stream limit, narrow to the deciding replica first."""
+        if not self._narrowed and followed_pods() >= self._limit():
+            self._narrow()
+        return self._wanted(pod, self.kind.replica_of_pod(pod).replica_type)
+
+    def _limit(self) -> int:
+        return self.max_streams if self.max_streams is not None else default_stream_limit()
+
+    def _narrow(self) -> None:
+        """Follow only the deciding replica from now on (read from the job as the hub has it; without it,
+        the kind's master-role pods), and say so if that is fewer replicas than before."""
+        self._narrowed = True
+        hub = self.hub or WatchHub.shared()
+        job = hub.cached(self.hook, self.kind.resource, self.namespace, self.job_name)
+        deciding = self.kind.deciding_replica(job) if job is not None else None
+        chosen = self.replicas
+        if deciding and not isinstance(chosen, str) and [r.lower() for r in chosen] == [deciding.lower()]:
+            return  # it follows just that one already
+        self.replicas = [deciding] if deciding else "master"
+        which = f"the {deciding} replica" if deciding else "the master-role pods"
+        self.note(
+            f"This triggerer follows {followed_pods()} replica logs, its limit (max_log_streams="
+            f"{self._limit()}): streaming only {which} of {self.kind.kind} {self.namespace}/{self.job_name}"
+        )
 
     def _track(self, pod: dict[str, Any]) -> _Pod | None:
         """Start keeping state for a chosen replica pod (a new one, or a new incarnation of a name)."""
@@ -307,7 +367,7 @@ class ReplicaLogStreamer:
         if not self.kind.owns_pod(self.job_name, pod):
             return None  # selected, but another job's (its labels do not name the job)
         replica = self.kind.replica_of_pod(pod)
-        if not self._wanted(replica.replica_type):
+        if not self._wanted(pod, replica.replica_type):
             return None
         container = _container_name(pod, self.kind.default_container)
         resumed = self.resume.get(_uid(pod) or name)
@@ -336,6 +396,9 @@ class ReplicaLogStreamer:
                 job = await self.hook.get_job(self.kind, self.job_name, self.namespace)
             deciding = self.kind.deciding_replica(job) if job is not None else None
             self.replicas = [deciding] if deciding else "master"
+            self._narrowed = True
+        elif self._runner is not None and followed_pods() >= self._limit():
+            self._narrow()  # the loop follows as many pods as it may: this job gets its deciding replica
         followed = {"all": "all replicas", "master": "the master-role pods"}.get(
             str(self.replicas), f"the {', '.join(self.replicas)} replicas"
         )
@@ -457,6 +520,8 @@ class ReplicaLogStreamer:
             await step.pause()
 
     def _emit(self, pod: _Pod, text: str, key: int | None = None) -> None:
+        if pod.tail is None:
+            pod.tail = collections.deque(maxlen=pod.tail_lines)
         pod.tail.append(text)
         self.emitted += 1
         mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""

@@ -157,6 +157,17 @@ def check_log_replicas(value: Any) -> str | list[str]:
     return list(value)
 
 
+def check_max_log_streams(value: Any) -> int | None:
+    """``None`` (half the triggerer's open-file limit) or a positive whole number of followed pods."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"max_log_streams must be a positive whole number of log streams, or None; got {value!r}"
+        )
+    return value
+
+
 def check_log_replicas_for(value: str | Sequence[str], kind: str, replica_types: Sequence[str]) -> None:
     """A list of replica types must name types ``kind`` has (case-insensitive); kinds with free replica type
     names (no ``replica_types``) take any."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+import heapq
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -47,6 +49,7 @@ class WaitOptions:
     poll_interval: float = 5.0
     get_logs: bool = True
     log_replicas: str | list[str] = "master"
+    max_log_streams: int | None = None  # ReplicaLogStreamer's max_streams
     uid: str | None = None
     allow_missing: bool = False
     log_resume: Mapping[str, Any] | None = None  # ReplicaLogStreamer.cursors() of a previous trigger
@@ -87,6 +90,7 @@ class JobWaiter:
         self._streamer: Any = None
         self._began = datetime.now(UTC)
         self._notes: list[str] = []  # what could not be read, for the event
+        self._tick_entry: _TickEntry | None = None
 
     @property
     def label(self) -> str:
@@ -108,11 +112,12 @@ class JobWaiter:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 for tag, resource, selection in self._watched():
-                    sub = await stack.enter_async_context(
-                        hub.subscribe(self.hook, resource, self.namespace, **selection)
+                    deliver = _into(queue, tag)
+                    await stack.enter_async_context(
+                        hub.feed(self.hook, resource, self.namespace, deliver, **selection)
                     )
-                    tasks.append(asyncio.create_task(_pump(tag, sub, queue)))
                 stack.push_async_callback(_cancel, tasks)  # before the subscriptions close
+                stack.callback(self._stop_ticks)
                 self._began = datetime.now(UTC)
                 if self.opts.get_logs:
                     self._streamer = self._log_streamer()
@@ -172,10 +177,8 @@ class JobWaiter:
         return watched
 
     async def _step(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-        try:
-            tag, item = await asyncio.wait_for(queue.get(), timeout=self._tick())
-        except TimeoutError:
-            tag, item = "tick", None
+        self._schedule_tick(queue)
+        tag, item = await queue.get()
         if tag == "error":
             raise item
         if tag == "job":
@@ -187,6 +190,25 @@ class JobWaiter:
         if self.job is not None:
             await self._evaluate()
         self._check_time()
+
+    def _schedule_tick(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        """A ``tick`` within :meth:`_tick` seconds from the loop's shared ticker (one timer for every wait):
+        time-based checks run at least that often, watch events or not."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self._tick()
+        if self._tick_entry is not None and self._tick_entry.when <= due:
+            return  # the one pending comes soon enough
+        self._stop_ticks()
+        self._tick_entry = _Ticker.of(loop).at(due, lambda: self._ticked(queue))
+
+    def _ticked(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        self._tick_entry = None
+        queue.put_nowait(("tick", None))
+
+    def _stop_ticks(self) -> None:
+        if self._tick_entry is not None:
+            self._tick_entry.cancel()
+            self._tick_entry = None
 
     def _tick(self) -> float:
         """How long to wait for the next watch event; the first (the job as it is) gets a full interval."""
@@ -310,9 +332,11 @@ class JobWaiter:
             self.name,
             replicas=self.opts.log_replicas,
             emit=self.log.info,
+            tail_lines=TAIL_LINES,  # what a failure message quotes, no more
             resume=self.opts.log_resume,
             mark_until=self.opts.log_mark_until,
             pod_times=True,
+            max_streams=self.opts.max_log_streams,
         )
 
     @property
@@ -438,14 +462,70 @@ _HINTS = {
 }
 
 
-async def _pump(tag: str, sub: Any, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-    try:
-        async for event in sub:
-            await queue.put((tag, event))
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        await queue.put(("error", exc))
+def _into(queue: asyncio.Queue[tuple[str, Any]], tag: str) -> Callable[[Any], None]:
+    """A watch hub ``deliver`` that queues each event with ``tag``, and the error ending the watch."""
+
+    def deliver(item: Any) -> None:
+        queue.put_nowait(("error", item) if isinstance(item, BaseException) else (tag, item))
+
+    return deliver
+
+
+class _TickEntry:
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when, self.callback = when, callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.callback = _nothing  # let go of what it holds (a waiter's queue)
+
+    def __lt__(self, other: _TickEntry) -> bool:
+        return self.when < other.when
+
+
+def _nothing() -> None:
+    pass
+
+
+class _Ticker:
+    """One timer per event loop for every waiter's time-based checks, in place of a timer (and a task, as
+    ``wait_for`` makes) per waiter per step: entries in a heap, the loop's one timer set for the first."""
+
+    _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ticker] = weakref.WeakKeyDictionary()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.heap: list[_TickEntry] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _Ticker:
+        ticker = cls._of.get(loop)
+        if ticker is None:
+            ticker = cls._of[loop] = cls(loop)
+        return ticker
+
+    def at(self, when: float, callback: Callable[[], None]) -> _TickEntry:
+        entry = _TickEntry(when, callback)
+        heapq.heappush(self.heap, entry)
+        if self.timer is None or when < self.timer.when():
+            self._arm()
+        return entry
+
+    def _arm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_at(self.heap[0].when, self._fire) if self.heap else None
+
+    def _fire(self) -> None:
+        self.timer = None
+        now = self.loop.time()
+        while self.heap and (self.heap[0].when <= now or self.heap[0].cancelled):
+            entry = heapq.heappop(self.heap)
+            if not entry.cancelled:
+                entry.callback()
+        self._arm()
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

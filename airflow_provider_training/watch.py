@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import weakref
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +45,11 @@ class WatchEvent:
         return str(self.object.get("metadata", {}).get("name", ""))
 
 
+# Called with each event of a subscription, or the error that ended it, on the hub's watch task: it must
+# not block or raise (put it in a queue).
+Deliver = Callable[["WatchEvent | BaseException"], None]
+
+
 @dataclass(frozen=True)
 class HubStats:
     """Counters of a hub's API traffic, for benchmarks and tests."""
@@ -66,32 +71,42 @@ class _Subscriber:
     while a named object's absence is being confirmed by a GET, buffered and replayed after it.
     """
 
-    def __init__(self, name: str | None, selectors: list[list[Requirement]] | None) -> None:
+    def __init__(
+        self, name: str | None, selectors: list[list[Requirement]] | None, deliver: Deliver | None = None
+    ) -> None:
         self.name = name
         self.selectors = selectors
-        self.queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
+        # (label key, values) per selector, one of its terms an object must carry to match (``None``: some
+        # selector has no such term, so every change is offered to this subscriber).
+        self.terms = _index_terms(selectors) if name is None else None
+        # Its events go to ``deliver`` (a subscriber that has its own queue) or to a queue of its own.
+        self.queue: asyncio.Queue[WatchEvent | BaseException] | None = None
+        if deliver is None:
+            self.queue = asyncio.Queue()
+            deliver = self.queue.put_nowait
+        self.put: Deliver = deliver
         self.primed = False
         self.buffer: list[tuple[str, dict[str, Any]]] | None = None  # changes seen while confirming
         self.floor: str | None = None  # the resourceVersion the first event showed; older changes are stale
         self.matching: set[str] = set()  # for selector subscribers: the names it currently sees
         self.confirming: asyncio.Task[None] | None = None
 
-    def prime(self, objects: dict[str, dict[str, Any]]) -> None:
-        """Deliver the cached state: the named object, or every matching object."""
+    def prime(self, objects: Iterable[dict[str, Any]]) -> None:
+        """Deliver the cached state: the named object, or every matching one among ``objects``."""
         self.primed = True
-        if self.name is not None:
-            self.queue.put_nowait(WatchEvent(ADDED, objects[self.name]))
-            return
-        for obj in objects.values():
-            self.offer(ADDED, obj)
+        for obj in objects:
+            if self.name is not None:
+                self.put(WatchEvent(ADDED, obj))
+            else:
+                self.offer(ADDED, obj)
 
     def prime_confirmed(self, obj: dict[str, Any] | None, namespace: str) -> None:
         """Deliver what a GET found (``None``: a DELETED marker), then the changes seen meanwhile."""
         if obj is None:
             marker = {"metadata": {"name": self.name, "namespace": namespace}}
-            self.queue.put_nowait(WatchEvent(DELETED, marker))
+            self.put(WatchEvent(DELETED, marker))
         else:
-            self.queue.put_nowait(WatchEvent(ADDED, obj))
+            self.put(WatchEvent(ADDED, obj))
             self.floor = _rv(obj)
         self.primed = True
         buffered, self.buffer = self.buffer or [], None
@@ -107,26 +122,149 @@ class _Subscriber:
         name = obj.get("metadata", {}).get("name", "")
         if self.name is not None:
             if name == self.name and not _not_newer(_rv(obj), self.floor):
-                self.queue.put_nowait(WatchEvent(type_, obj))
+                self.put(WatchEvent(type_, obj))
             return
         selected = type_ != DELETED and self.selects(obj)
         if selected:
             seen = name in self.matching
             self.matching.add(name)
-            self.queue.put_nowait(WatchEvent(MODIFIED if seen else ADDED, obj))
+            self.put(WatchEvent(MODIFIED if seen else ADDED, obj))
         elif name in self.matching:
             self.matching.discard(name)
-            self.queue.put_nowait(WatchEvent(DELETED, obj))
+            self.put(WatchEvent(DELETED, obj))
 
     def selects(self, obj: dict[str, Any]) -> bool:
         return self.selectors is None or any(labels_match(terms, obj) for terms in self.selectors)
 
     async def events(self) -> AsyncIterator[WatchEvent]:
+        assert self.queue is not None, "a subscriber with a deliver callable has no events to iterate"
         while True:
             item = await self.queue.get()
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+
+def _index_terms(selectors: list[list[Requirement]] | None) -> list[tuple[str, frozenset[str]]] | None:
+    """For each selector its first ``key=value`` or ``key in (...)`` term; ``None`` if one has none."""
+    if selectors is None:
+        return None
+    terms = []
+    for selector in selectors:
+        term = next((req for req in selector if req.op in ("=", "in")), None)
+        if term is None:
+            return None
+        terms.append((term.key, term.values))
+    return terms
+
+
+class _Index:
+    """Which subscribers an object's change concerns, and which cached objects a new subscriber sees.
+
+    Subscribers are found by the object's name, by the values of the label keys their selectors require,
+    or (selectors without such a term) always; cached object names by those label values. An event thus
+    costs its own subscribers, not all of them, and a new subscription replays its own objects only.
+    """
+
+    def __init__(self) -> None:
+        self.named: dict[str, list[_Subscriber]] = {}
+        self.labelled: dict[str, dict[str, list[_Subscriber]]] = {}  # label key -> value -> subscribers
+        self.always: list[_Subscriber] = []
+        self.objects_by: dict[str, dict[str, dict[str, None]]] = {}  # label key -> value -> names (ordered)
+
+    def add(self, sub: _Subscriber, objects: dict[str, dict[str, Any]]) -> None:
+        if sub.name is not None:
+            self.named.setdefault(sub.name, []).append(sub)
+        elif sub.terms is None:
+            self.always.append(sub)
+        else:
+            for key, values in sub.terms:
+                if key not in self.labelled:
+                    self.labelled[key] = {}
+                    self.objects_by[key] = {}
+                    for obj in objects.values():
+                        self._index_object(key, obj)
+                for value in values:
+                    self.labelled[key].setdefault(value, []).append(sub)
+
+    def remove(self, sub: _Subscriber) -> None:
+        if sub.name is not None:
+            _discard(self.named, sub.name, sub)
+        elif sub.terms is None:
+            self.always.remove(sub)
+        else:
+            for key, values in sub.terms:
+                for value in values:
+                    _discard(self.labelled[key], value, sub)
+
+    def reset(self, objects: dict[str, dict[str, Any]]) -> None:
+        """Index a new set of cached objects (the first LIST)."""
+        for key in self.objects_by:
+            self.objects_by[key] = {}
+            for obj in objects.values():
+                self._index_object(key, obj)
+
+    def update(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        """One cached object replaced (``None``: absent)."""
+        for key, names in self.objects_by.items():
+            if before is not None and (value := _labels(before).get(key)) is not None:
+                _discard(names, value, _name(before))
+            if after is not None:
+                self._index_object(key, after)
+
+    def _index_object(self, key: str, obj: dict[str, Any]) -> None:
+        if (value := _labels(obj).get(key)) is not None:
+            self.objects_by[key].setdefault(value, {})[_name(obj)] = None
+
+    def subscribers(self, *versions: dict[str, Any] | None) -> list[_Subscriber]:
+        """The subscribers a change between these versions of one object concerns: by its name, and by
+        the labels of each version (the old one's reach the subscribers that saw it match, to learn it no
+        longer does)."""
+        found: dict[int, _Subscriber] = {}
+        for obj in versions:
+            if obj is None:
+                continue
+            for sub in self.named.get(_name(obj), ()):
+                found[id(sub)] = sub
+            labels = _labels(obj)
+            for key, by_value in self.labelled.items():
+                if (value := labels.get(key)) is not None:
+                    for sub in by_value.get(value, ()):
+                        found[id(sub)] = sub
+        for sub in self.always:
+            found[id(sub)] = sub
+        return list(found.values())
+
+    def objects_of(self, sub: _Subscriber, objects: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """The cached objects a selector subscriber may select (all for one without index terms)."""
+        if sub.terms is None:
+            return list(objects.values())
+        names: dict[str, None] = {}
+        for key, values in sub.terms:
+            for value in values:
+                names.update(self.objects_by[key].get(value, {}))
+        return [objects[name] for name in names]
+
+
+def _discard(index: dict[str, Any], key: str, item: Any) -> None:
+    """Remove ``item`` from the list or dict at ``index[key]``, and the key once it is empty."""
+    members = index.get(key)
+    if members is None:
+        return
+    if isinstance(members, dict):
+        members.pop(item, None)
+    elif item in members:
+        members.remove(item)
+    if not members:
+        del index[key]
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
 
 
 class _SharedWatch:
@@ -141,6 +279,7 @@ class _SharedWatch:
         self.resource_version: str | None = None
         self.synced = False
         self.subscribers: list[_Subscriber] = []
+        self.index = _Index()
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"watch {resource.key}/{namespace}"
         )
@@ -151,12 +290,20 @@ class _SharedWatch:
 
     def add(self, sub: _Subscriber) -> None:
         self.subscribers.append(sub)
+        self.index.add(sub, self.objects)
         if self.synced:
             self._prime(sub)
 
+    def remove(self, sub: _Subscriber) -> None:
+        self.subscribers.remove(sub)
+        self.index.remove(sub)
+
     def _prime(self, sub: _Subscriber) -> None:
-        if sub.name is None or sub.name in self.objects:
-            sub.prime(self.objects)
+        if sub.name is None:
+            sub.prime(self.index.objects_of(sub, self.objects))
+            return
+        if sub.name in self.objects:
+            sub.prime([self.objects[sub.name]])
             return
         # Absent from the cache: it may have been created a moment ago and its event not be here yet.
         sub.buffer = []
@@ -167,7 +314,7 @@ class _SharedWatch:
         try:
             obj = await self.hook.get_object(self.resource, sub.name, self.namespace)
         except Exception as err:
-            sub.queue.put_nowait(err)
+            sub.put(err)
             return
         sub.prime_confirmed(obj, self.namespace)
 
@@ -206,7 +353,7 @@ class _SharedWatch:
         except Exception as err:
             log.warning("Watch of %s failed: %s", self._label, err)
             for sub in self.subscribers:
-                sub.queue.put_nowait(err)
+                sub.put(err)
         finally:
             self.hub._count(active_watches=-1, requests=self.hook.request_count)
             await self.hook.close()
@@ -220,16 +367,17 @@ class _SharedWatch:
     async def _list(self) -> None:
         self.hub._count(lists=1)
         listed = await self.hook.list_objects(self.resource, self.namespace)
-        current = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+        current = {item["metadata"]["name"]: _trim(item) for item in listed.get("items") or []}
         self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
         if not self.synced:
             self.objects = current
+            self.index.reset(current)
             self.synced = True
             for sub in self.subscribers:
-                if sub.name is None or sub.name in current:
-                    sub.prime(current)
-                else:  # the LIST was read just now: its absence needs no confirmation
-                    sub.prime_confirmed(None, self.namespace)
+                if sub.name is not None and sub.name not in current:
+                    sub.prime_confirmed(None, self.namespace)  # the LIST was read just now: no GET needed
+                else:
+                    self._prime(sub)
             return
         # A relist: report what the expired watch missed.
         for name, gone in list(self.objects.items()):
@@ -254,18 +402,25 @@ class _SharedWatch:
             obj = event.get("object") or {}
             version = _rv(obj)
             if event.get("type") != "BOOKMARK":
-                self._apply(str(event.get("type")), obj)
+                self._apply(str(event.get("type")), _trim(obj))
             if version:
                 self.resource_version = version
 
     def _apply(self, type_: str, obj: dict[str, Any]) -> None:
         name = obj.get("metadata", {}).get("name", "")
-        if type_ == DELETED:
-            self.objects.pop(name, None)
-        else:
+        before = self.objects.pop(name, None) if type_ == DELETED else self.objects.get(name)
+        if type_ != DELETED:
             self.objects[name] = obj
-        for sub in self.subscribers:
+        self.index.update(before, None if type_ == DELETED else obj)
+        for sub in self.index.subscribers(before, obj):
             sub.offer(type_, obj)
+
+
+def _trim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without ``metadata.managedFields`` (server-side apply bookkeeping, often the largest part
+    of an object, which nothing here reads): the hub keeps every object of its watches in memory."""
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
 
 
 def _rv(obj: dict[str, Any]) -> str | None:
@@ -280,6 +435,10 @@ def _not_newer(version: str | None, floor: str | None) -> bool:
         return int(version) <= int(floor)
     except ValueError:
         return False
+
+
+def _watch_key(hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str) -> Hashable:
+    return (hook.connection_key, resource.group, resource.version, resource.plural, namespace)
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchHub] = weakref.WeakKeyDictionary()
@@ -308,6 +467,14 @@ class WatchHub:
         live = sum(watch.hook.request_count for watch in self._watches.values() if not watch.task.done())
         return replace(self._stats, requests=self._stats.requests + live)
 
+    def cached(
+        self, hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """An object as the running shared watch of its resource and namespace last saw it (``None``: no such
+        watch, not listed yet, or no such object). Costs no request."""
+        watch = self._watches.get(_watch_key(hook, resource, namespace))
+        return watch.objects.get(name) if watch is not None and watch.synced else None
+
     def _count(self, **deltas: int) -> None:
         self._stats = replace(self._stats, **{k: getattr(self._stats, k) + v for k, v in deltas.items()})
 
@@ -331,23 +498,53 @@ class WatchHub:
         sees an object that stops matching as ``DELETED``. A watch failure that retrying cannot fix (403, an
         unknown resource) is raised from the iterator.
         """
+        async with self._join(hook, resource, namespace, name, label_selector, None) as sub:
+            yield sub.events()
+
+    @contextlib.asynccontextmanager
+    async def feed(
+        self,
+        hook: AsyncTrainingJobHook,
+        resource: ResourceRef,
+        namespace: str,
+        deliver: Deliver,
+        *,
+        name: str | None = None,
+        label_selector: str | Sequence[str] | None = None,
+    ) -> AsyncIterator[None]:
+        """The events of :meth:`subscribe`, each handed to ``deliver`` as it arrives (and the error that
+        ended the watch, instead of raising it): for a subscriber that merges several subscriptions into a
+        queue of its own, without a queue and a task per subscription."""
+        async with self._join(hook, resource, namespace, name, label_selector, deliver):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _join(
+        self,
+        hook: AsyncTrainingJobHook,
+        resource: ResourceRef,
+        namespace: str,
+        name: str | None,
+        label_selector: str | Sequence[str] | None,
+        deliver: Deliver | None,
+    ) -> AsyncIterator[_Subscriber]:
         given = [label_selector] if isinstance(label_selector, str) else list(label_selector or ())
         # No selector, or an empty one among them, selects every object.
         selectors = [parse_label_selector(s) for s in given] if given and all(given) else None
-        key = (hook.connection_key, resource.group, resource.version, resource.plural, namespace)
+        key = _watch_key(hook, resource, namespace)
         watch = self._watches.get(key)
         if watch is None or watch.task.done():
             watch = self._watches[key] = _SharedWatch(self, hook.copy(), resource, namespace)
-        sub = _Subscriber(name, selectors)
+        sub = _Subscriber(name, selectors, deliver)
         watch.add(sub)
         self._count(subscribers=1)
         try:
-            yield sub.events()
+            yield sub
         finally:
             self._count(subscribers=-1)
             if sub.confirming is not None:
                 sub.confirming.cancel()
-            watch.subscribers.remove(sub)
+            watch.remove(sub)
             if not watch.subscribers:
                 if self._watches.get(key) is watch:
                     del self._watches[key]

@@ -5,6 +5,7 @@ polling baselines; and how long a worker takes to submit. Prints every figure si
     python benchmarks/scale.py --jobs 100 --modes hub,hub-logs --no-submit
     python benchmarks/scale.py --jobs 5000           # opt-in size
     python benchmarks/scale.py --profile             # where memory and CPU go: logs mode at N = 300
+    python benchmarks/scale.py --profile --profile-mode hub   # ... or another mode
 
 Modes (one fresh trigger process per mode and N; see benchmarks/README.md for what each measures):
 
@@ -577,11 +578,11 @@ def run_profile(args: argparse.Namespace, workdir: Path) -> None:
     out = workdir / "profile"
     out.mkdir()
     jobs = args.profile_jobs
-    m = measure("hub-logs", jobs, args, workdir, profile=out)
+    m = measure(args.profile_mode, jobs, args, workdir, profile=out)
     report([m], None, args)
     print(
-        f"\nprofile of the logs mode at N={jobs} (cProfile over the whole loop; tracemalloc at the steady "
-        "window)\n"
+        f"\nprofile of {MODES[args.profile_mode]} at N={jobs} (cProfile over the whole loop; tracemalloc at "
+        "the steady window)\n"
     )
     argv = [sys.executable, str(CHILD), "ssl-cost"]
     cost = subprocess.run(argv, capture_output=True, text=True, check=True)
@@ -624,6 +625,7 @@ def main() -> None:
     parser.add_argument("--no-submit", action="store_true", help="skip the submit latency")
     parser.add_argument("--profile", action="store_true", help="profile the logs mode instead")
     parser.add_argument("--profile-jobs", type=int, default=300)
+    parser.add_argument("--profile-mode", default="hub-logs", choices=list(MODES), help="(hub-logs)")
     parser.add_argument("--json", help="also write every figure here")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

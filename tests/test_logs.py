@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.hooks.family_objects import (
 )
 from tests.hooks.kube_env import (
     cluster_and_hook,
+    job_body,
     pod_manifest,
     requests_to,
     rtype,
@@ -50,7 +52,12 @@ class Streaming:
     """A streamer running as a task, and the lines it emitted."""
 
     def __init__(
-        self, hook: AsyncTrainingJobHook, job: str = "job", kind: JobKind = PYTORCH, **options
+        self,
+        hook: AsyncTrainingJobHook,
+        job: str = "job",
+        kind: JobKind = PYTORCH,
+        hub: WatchHub | None = None,
+        **options,
     ) -> None:
         self.lines: list[str] = []
         self.notes: list[str] = []  # which replicas it follows
@@ -61,7 +68,7 @@ class Streaming:
             job,
             emit=self.lines.append,
             note=self.notes.append,
-            hub=WatchHub(),
+            hub=hub or WatchHub(),
             retry_interval=0.05,
             **options,
         )
@@ -78,9 +85,15 @@ class Streaming:
 
 
 def add_pod(
-    cluster: LocalKube, replica: str, index: int, phase: str = "Running", state: str = "running", **kw
+    cluster: LocalKube,
+    replica: str,
+    index: int,
+    phase: str = "Running",
+    state: str = "running",
+    job: str = "job",
+    **kw,
 ) -> str:
-    pod = pod_manifest(PYTORCH, "job", replica, index)
+    pod = pod_manifest(PYTORCH, job, replica, index)
     cluster.store.create(rtype(cluster, PODS), "default", pod)
     set_pod_state(cluster, pod, phase, state, **kw)
     if state != "waiting":
@@ -491,3 +504,63 @@ async def test_lines_are_emitted_with_the_kubelet_time(env):
     assert key is not None
     assert records[-1:] == [("[master-0] a", stamp_text(key))]  # after the line saying what is followed
     assert stamp_text(key).endswith("Z") and len(stamp_text(key)) == len("2026-12-01T00:00:00.000000Z")
+
+
+def follows(cluster: LocalKube, pod: str) -> bool:
+    return any(r.query.get("follow") == "true" and r.status == 200 for r in log_requests(cluster, pod))
+
+
+@pytest.mark.parametrize("job_known", [True, False], ids=["deciding-replica", "master-role-pods"])
+async def test_past_max_streams_a_streamer_follows_only_the_deciding_replica_and_says_so(env, job_known):
+    cluster, hook = env
+    hub = WatchHub()
+    other = add_pod(cluster, "Master", 0, job="other")
+    cluster.store.create(
+        rtype(cluster, PYTORCH.resource), "default", {**job_body("job"), "kind": "PyTorchJob"}
+    )
+    master, worker = add_pod(cluster, "Master", 0), add_pod(cluster, "Worker", 0)
+    for pod, text in ((master, "m"), (worker, "w")):
+        cluster.logs.write("default", pod, C, f"{text}\n")
+    async with contextlib.AsyncExitStack() as stack:
+        if job_known:  # as a trigger's waiter has it: the job in the hub's cache
+            job_events = await stack.enter_async_context(
+                hub.subscribe(hook, PYTORCH.resource, "default", name="job")
+            )
+            assert (await anext(job_events)).type == "ADDED"
+        first = Streaming(hook, job="other", hub=hub, max_streams=1)
+        await until(lambda: follows(cluster, other))  # the loop follows one pod: its limit
+        run = Streaming(hook, hub=hub, replicas="all", max_streams=1)
+        assert await run.wait_for(1) == ["[master-0] m"]
+        which = "the Master replica" if job_known else "the master-role pods"
+        assert run.notes[0] == (
+            "This triggerer follows 1 replica logs, its limit (max_log_streams=1): streaming only "
+            f"{which} of PyTorchJob default/job"
+        )
+        assert await run.stop() == ["[master-0] m"]
+        await first.stop()
+    assert log_requests(cluster, worker) == []  # neither followed nor read at the end
+
+
+async def test_below_max_streams_every_chosen_replica_is_followed(env):
+    cluster, hook = env
+    master, worker = add_pod(cluster, "Master", 0), add_pod(cluster, "Worker", 0)
+    for pod, text in ((master, "m"), (worker, "w")):
+        cluster.logs.write("default", pod, C, f"{text}\n")
+    run = Streaming(hook, replicas="all", max_streams=2)
+    await run.wait_for(2)
+    await until(lambda: follows(cluster, master) and follows(cluster, worker))
+    assert set(await run.stop()) == {"[master-0] m", "[worker-0] w"}
+    assert run.notes == ["Streaming the logs of all replicas of PyTorchJob default/job"]
+
+
+async def test_a_streamer_reaching_max_streams_itself_narrows_to_the_deciding_replica(env):
+    cluster, hook = env
+    master, worker = add_pod(cluster, "Master", 0), add_pod(cluster, "Worker", 0)  # listed in this order
+    for pod, text in ((master, "m"), (worker, "w")):
+        cluster.logs.write("default", pod, C, f"{text}\n")
+    run = Streaming(hook, replicas="all", max_streams=1)
+    assert await run.wait_for(1) == ["[master-0] m"]
+    await until(lambda: len(run.notes) == 2)
+    assert run.notes[1].startswith("This triggerer follows 1 replica logs, its limit (max_log_streams=1)")
+    assert await run.stop() == ["[master-0] m"]
+    assert log_requests(cluster, worker) == []

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from airflow_provider_training import watch as watch_module
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import BATCH_JOBS, PODS, REPLICASETS, ResourceRef
@@ -388,3 +389,97 @@ async def test_cancelling_the_last_subscriber_keeps_the_callers_cancellation_mes
         await task
     assert cancelled.value.args == ("__airflow_user_action__",)
     assert hub.stats.active_watches == 0
+
+
+@pytest.fixture
+def offers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
+    """Every (subscriber id, object name) the hub offers a change to, recorded around the real offer."""
+    seen: list[tuple[int, str]] = []
+    offer = watch_module._Subscriber.offer
+
+    def recording(self, type_, obj):
+        seen.append((id(self), obj["metadata"]["name"]))
+        offer(self, type_, obj)
+
+    monkeypatch.setattr(watch_module._Subscriber, "offer", recording)
+    return seen
+
+
+async def test_an_event_reaches_only_its_own_subscribers_and_all_of_them(kube, hook, offers):
+    hub = WatchHub()
+    for name in ("job-a", "job-b"):
+        create(kube, name, {"job": name})
+    wanted = [{"name": "job-a"}, {"name": "job-a"}, {"label_selector": "job=job-a"}]
+    others = [{"name": "job-b"}, {"label_selector": "job=job-b"}, {"label_selector": "job in (job-b,x)"}]
+    async with contextlib.AsyncExitStack() as stack:
+        mine = [await stack.enter_async_context(hub.subscribe(hook, JOB, "default", **w)) for w in wanted]
+        rest = [await stack.enter_async_context(hub.subscribe(hook, JOB, "default", **o)) for o in others]
+        # A selector with no key=value term (it matches both jobs) is offered every change.
+        everything = await stack.enter_async_context(
+            hub.subscribe(hook, JOB, "default", label_selector="job")
+        )
+        for sub in [*mine, *rest]:
+            assert (await next_event(sub)).type == "ADDED"
+        assert sorted([(await next_event(everything)).name for _ in range(2)]) == ["job-a", "job-b"]
+        offers.clear()
+
+        relabel(kube, "job-a", {"step": "1"})
+        for sub in mine:
+            event = await next_event(sub)
+            assert (event.type, event.name) == ("MODIFIED", "job-a")
+        assert (await next_event(everything)).name == "job-a"
+        # Three subscribers of job-a and the unindexed one; none of job-b's was offered the change.
+        assert len(offers) == 4 and {name for _, name in offers} == {"job-a"}
+
+        relabel(kube, "job-a", {"job": "job-b"})  # now selected by job-b's selectors, no longer by job-a's
+        assert (await next_event(mine[2])).type == "DELETED"
+        assert [(await next_event(sub)).type for sub in rest[1:]] == ["ADDED", "ADDED"]
+
+
+async def test_a_new_subscription_replays_only_its_own_objects(kube, hook, offers):
+    hub = WatchHub()
+    for i in range(30):
+        create(kube, f"job-{i}", {"job": f"job-{i}"})
+    async with hub.subscribe(hook, JOB, "default", label_selector="job=job-0") as first:
+        assert (await next_event(first)).name == "job-0"
+        offers.clear()
+        async with hub.subscribe(hook, JOB, "default", label_selector="job=job-7") as late:
+            event = await next_event(late)
+            assert (event.type, event.name) == ("ADDED", "job-7")
+            assert offers == [(offers[0][0], "job-7")]  # one object offered, not the 30 cached
+
+
+async def test_a_feed_hands_each_event_and_the_ending_error_to_its_callable(kube, hook):
+    hub = WatchHub()
+    create(kube, "job-a")
+    got: list = []
+    async with hub.feed(hook, JOB, "default", got.append, name="job-a"):
+        await until(lambda: len(got) == 1)
+        relabel(kube, "job-a", {"step": "1"})
+        await until(lambda: len(got) == 2)
+    assert [(e.type, e.name) for e in got] == [("ADDED", "job-a"), ("MODIFIED", "job-a")]
+    unknown = ResourceRef("example.com", "v1", "widgets", "Widget")
+    errors: list = []
+    async with hub.feed(hook, unknown, "default", errors.append, name="w"):
+        await until(lambda: len(errors) == 1)
+    assert isinstance(errors[0], KubeApiError) and errors[0].status == 404  # handed over, not raised
+
+
+async def test_the_cache_drops_managed_fields(kube, hook):
+    hub = WatchHub()
+    managed = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+    body = {**job_body("listed"), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+    body["metadata"]["managedFields"] = managed
+    kube.store.create(rtype(kube, JOB), "default", body)
+    async with hub.subscribe(hook, JOB, "default", label_selector="") as events:
+        listed = await next_event(events)
+        watched_body = {**job_body("watched"), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+        watched_body["metadata"]["managedFields"] = managed
+        kube.store.create(rtype(kube, JOB), "default", watched_body)
+        watched = await next_event(events)
+    assert (listed.name, watched.name) == ("listed", "watched")
+    assert (
+        "managedFields" not in listed.object["metadata"] and "managedFields" not in watched.object["metadata"]
+    )
+    stored = kube.store.get(rtype(kube, JOB), "default", "listed")
+    assert stored["metadata"].get("managedFields") == managed  # the server kept them: the hub dropped them

@@ -62,7 +62,7 @@ FOLLOW_IDLE_TIMEOUT = 300.0
 
 
 class AsyncTrainingJobHook:
-    """Kubernetes API access for training jobs on one ``kubernetes`` connection; one reused ``ApiClient``.
+    """Kubernetes API access for training jobs on one ``kubernetes`` connection (sessions shared per loop).
 
     ``connection_extras`` skips resolving the connection (the sync facade resolves it in the caller's thread).
     Create the hook anywhere, use it on one event loop, and ``await close()`` when done.
@@ -129,7 +129,7 @@ class AsyncTrainingJobHook:
         return (await self.get_settings()).namespace or "default"
 
     async def transport(self) -> KubeTransport:
-        """The hook's one transport (``ApiClient``), created on first use."""
+        """The hook's transport, created on first use (its sessions are shared, see ``transport._Pool``)."""
         if self._transport is None:
             async with self._init_lock:
                 if self._transport is None:

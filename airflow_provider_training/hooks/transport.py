@@ -1,20 +1,24 @@
-"""Raw HTTP access to the Kubernetes API over one aiohttp session, configured by a kubernetes_asyncio
+"""Raw HTTP access to the Kubernetes API over shared aiohttp sessions, configured by a kubernetes_asyncio
 ``Configuration`` (host, credentials, TLS, proxy).
 
 Every answer is read as bytes and decoded by us: JSON for objects and lists, UTF-8 (``errors="replace"``) for
 logs. This sidesteps the client's model (de)serialization, which the provider does not need (it works on plain
 dicts), and the kubernetes 36.x pod-log quirks. Retries are the caller's business (see :mod:`.retry`).
 
-The TLS context (loading the CA bundle costs tens of milliseconds of CPU) is built in a worker thread, once
-per process and TLS settings, and shared by every transport: many triggers starting together on the
-triggerer's loop must not each build one there (``ApiClient`` builds one per client).
+Every transport of one configuration on one event loop shares its session (connection pool): a triggerer's
+thousand triggers and their log streams hold one, not one each. The TLS context (loading the CA bundle
+costs tens of milliseconds of CPU and most of a megabyte) is built in a worker thread, once per process and
+TLS settings, and only for ``https://`` servers: many triggers starting together on the triggerer's loop
+must not each build one there (``ApiClient`` builds one per client).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import ssl
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -76,8 +80,61 @@ def describe_request(method: str, path: str, query: Query | None = None) -> str:
     return f"{verb} {resource}" + (f" in namespace {namespace}" if namespace else "")
 
 
+class _Pool:
+    """The aiohttp session of one configuration on one event loop, shared by every transport using it.
+
+    Its connections are not capped: each watch and log follow holds one for its whole life (a triggerer
+    following a thousand pods needs a thousand), and the short requests of many triggers ending together
+    must not queue behind a cap their own clients never had (at N = 1,000 with logs, a cap of 100 left the
+    jobs' final reads unanswered a minute after they ended). No TLS context for a plain ``http://`` server.
+    Closed when its last transport closes.
+    """
+
+    def __init__(self, configuration: Configuration, pools: dict[int, _Pool]) -> None:
+        self.configuration = configuration
+        self.pools = pools  # its loop's pools, by configuration
+        self.users = 0
+        self.session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            cfg = self.configuration
+            plain = str(cfg.host).startswith("http://")
+            context: ssl.SSLContext | bool = False if plain else await shared_ssl_context(cfg)
+            if self.session is None:  # another transport may have opened it meanwhile
+                connector = aiohttp.TCPConnector(limit=0, ssl=context)
+                self.session = aiohttp.ClientSession(
+                    connector=connector, trust_env=True, read_bufsize=READ_BUFFER
+                )
+        return self.session
+
+    async def release(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            if self.pools.get(id(self.configuration)) is self:
+                del self.pools[id(self.configuration)]
+            session, self.session = self.session, None
+            if session is not None:
+                await session.close()
+
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, _Pool]] = weakref.WeakKeyDictionary()
+
+
+def _pool_for(configuration: Configuration) -> _Pool:
+    """The running loop's pool for ``configuration`` (one object per connection, see
+    ``connection.shared_configuration``; the pool holds it, so its id stays its own), with one more user."""
+    pools = _pools.setdefault(asyncio.get_running_loop(), {})
+    pool = pools.get(id(configuration))
+    if pool is None:
+        pool = pools[id(configuration)] = _Pool(configuration, pools)
+    pool.users += 1
+    return pool
+
+
 class KubeTransport:
-    """One aiohttp session (one connection pool), reused for every request; opened on the first one."""
+    """Requests on one configuration: counted, timed out and re-authenticated per transport, sent over the
+    loop's shared session of that configuration (see :class:`_Pool`), joined on the first request."""
 
     def __init__(
         self,
@@ -87,27 +144,21 @@ class KubeTransport:
         reload_credentials: Callable[[], Awaitable[Configuration]] | None = None,
     ) -> None:
         self._configuration = configuration
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: _Pool | None = None
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=min(30.0, request_timeout))
         # Short-lived credentials (exec plugins: EKS, GKE) expire; on a 401 they are loaded again, once.
         self._reload_credentials = reload_credentials
         self.requests = 0
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.release()
 
     async def _open(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            context = await shared_ssl_context(self._configuration)
-            if self._session is None:  # another request of this transport may have opened it meanwhile
-                connector = aiohttp.TCPConnector(
-                    limit=self._configuration.connection_pool_maxsize, ssl=context
-                )
-                self._session = aiohttp.ClientSession(
-                    connector=connector, trust_env=True, read_bufsize=READ_BUFFER
-                )
-        return self._session
+        if self._pool is None:
+            self._pool = _pool_for(self._configuration)
+        return await self._pool.open()
 
     async def _send(self, *args: Any) -> aiohttp.ClientResponse:
         resp = await self._send_once(*args)

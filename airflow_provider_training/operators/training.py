@@ -28,6 +28,7 @@ from airflow_provider_training.params import (
     check_labels,
     check_log_replicas,
     check_log_replicas_for,
+    check_max_log_streams,
     check_namespace,
     check_optional_seconds,
     check_seconds,
@@ -66,7 +67,8 @@ class TrainingJobOperator(BaseOperator):
         while deferred (the trigger's ``on_kill`` is told the same).
     :param get_logs: stream replica logs into the task log. :param log_replicas: ``"deciding"`` (the replica
         type that decides the job; ``"master"`` is its old name), ``"all"`` or a list of the kind's replica
-        types.
+        types. :param max_log_streams: how many replica pods the triggerer follows live at once, over all its
+        jobs (default: half its open-file limit); past it, this job follows only its deciding replica.
     :param startup_timeout: seconds after creation within which a replica pod must start (else ``timeout``).
     :param poll_interval: seconds between the trigger's time-based checks (watch events arrive at once).
     :param labels: extra labels for the job object. :param annotations: extra annotations.
@@ -99,6 +101,7 @@ class TrainingJobOperator(BaseOperator):
         on_kill_action: str = "delete",
         get_logs: bool = True,
         log_replicas: str | list[str] = DECIDING,
+        max_log_streams: int | None = None,
         startup_timeout: float | None = conf.getfloat("training", "startup_timeout", fallback=600.0),
         poll_interval: float = 5.0,
         labels: Mapping[str, str] | None = None,
@@ -123,6 +126,7 @@ class TrainingJobOperator(BaseOperator):
         self.on_kill_action = check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
         self.get_logs = check_bool("get_logs", get_logs)
         self.log_replicas = check_log_replicas(log_replicas)
+        self.max_log_streams = check_max_log_streams(max_log_streams)
         self.startup_timeout = check_optional_seconds("startup_timeout", startup_timeout)
         self.poll_interval = check_seconds("poll_interval", poll_interval)
         self.labels = check_labels("labels", labels)
@@ -192,6 +196,7 @@ class TrainingJobOperator(BaseOperator):
             target_state=str(self.wait_until),
             get_logs=self.get_logs,
             log_replicas=self.log_replicas,
+            max_log_streams=self.max_log_streams,
             deadline=_deadline(self, context),
             startup_timeout=self.startup_timeout,
             poll_interval=self.poll_interval,

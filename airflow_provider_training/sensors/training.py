@@ -18,6 +18,7 @@ from airflow_provider_training.params import (
     check_choice,
     check_log_replicas,
     check_log_replicas_for,
+    check_max_log_streams,
     check_namespace,
     check_text,
 )
@@ -37,7 +38,8 @@ class TrainingJobSensor(BaseSensorOperator):
     :param kind: kind name; the per-kind sensors fix it. :param api_version: to pick among same-named kinds.
     :param target_state: ``"Succeeded"`` (default) or ``"Running"``.
     :param get_logs: stream replica logs while deferred. :param log_replicas: ``deciding`` (alias ``master``),
-        ``all`` or a list of the kind's replica types.
+        ``all`` or a list of the kind's replica types. :param max_log_streams: how many replica pods the
+        triggerer follows live at once (default: half its open-file limit); past it, only the deciding one.
     """
 
     template_fields: Sequence[str] = ("job_name", "namespace")
@@ -58,6 +60,7 @@ class TrainingJobSensor(BaseSensorOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         get_logs: bool = False,
         log_replicas: str | list[str] = DECIDING,
+        max_log_streams: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -73,6 +76,7 @@ class TrainingJobSensor(BaseSensorOperator):
         self.deferrable = check_bool("deferrable", deferrable)
         self.get_logs = check_bool("get_logs", get_logs)
         self.log_replicas = check_log_replicas(log_replicas)
+        self.max_log_streams = check_max_log_streams(max_log_streams)
 
     def _job_kind(self) -> Any:
         from airflow_provider_training.kinds.registry import get_kind
@@ -99,6 +103,7 @@ class TrainingJobSensor(BaseSensorOperator):
             target_state=self.target_state,
             get_logs=self.get_logs if get_logs is None else get_logs,
             log_replicas=self.log_replicas,
+            max_log_streams=self.max_log_streams,
             deadline=deadline,
             startup_timeout=None,
             status_grace_period=status_grace_period(),

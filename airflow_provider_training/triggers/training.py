@@ -34,6 +34,7 @@ from airflow_provider_training.params import (
     ON_KILL_ACTIONS,
     TARGET_STATES,
     check_choice,
+    check_max_log_streams,
 )
 
 # What run() and on_kill() use: imported in a thread before they first need it (seconds for the Kubernetes
@@ -66,6 +67,9 @@ class TrainingJobTrigger(BaseTrigger):
     :param get_logs: stream replica logs into this trigger's log.
     :param log_replicas: ``deciding`` (the replica type that decides the job; ``master`` is its old name),
         ``all`` or a list of replica types.
+    :param max_log_streams: how many replica pods this triggerer follows live at once (default: half its
+        open-file limit); past it, a job that follows more than its deciding replica follows only that one,
+        saying so in its log.
     :param deadline: absolute ISO-8601 time at which the wait ends with ``timeout``.
     :param startup_timeout: seconds after creation (or resumption) within which a replica pod must start.
     :param status_grace_period: seconds an empty status is tolerated before the wait reports an error.
@@ -99,6 +103,7 @@ class TrainingJobTrigger(BaseTrigger):
         target_state: str = JobState.SUCCEEDED.value,
         get_logs: bool = True,
         log_replicas: str | list[str] = DECIDING,
+        max_log_streams: int | None = None,
         deadline: str | None = None,
         startup_timeout: float | None = None,
         status_grace_period: float = 60.0,
@@ -122,6 +127,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.target_state = target_state
         self.get_logs = get_logs
         self.log_replicas = log_replicas
+        self.max_log_streams = check_max_log_streams(max_log_streams)
         self.deadline = deadline
         self.startup_timeout = startup_timeout
         self.status_grace_period = status_grace_period
@@ -145,6 +151,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "target_state": self.target_state,
                 "get_logs": self.get_logs,
                 "log_replicas": self.log_replicas,
+                "max_log_streams": self.max_log_streams,
                 "deadline": self.deadline,
                 "startup_timeout": self.startup_timeout,
                 "status_grace_period": self.status_grace_period,
@@ -181,6 +188,7 @@ class TrainingJobTrigger(BaseTrigger):
             poll_interval=self.poll_interval,
             get_logs=self.get_logs,
             log_replicas=self.log_replicas,
+            max_log_streams=self.max_log_streams,
             uid=self.uid,
             allow_missing=self.allow_missing,
             log_resume=resume,

@@ -30,6 +30,9 @@ PARSE_TIME_BAD = [
     ("log_replicas", "workers", "one of 'deciding', 'all', 'master'"),
     ("log_replicas", [], "non-empty list"),
     ("log_replicas", ["Worker", 5], "list of replica type names"),
+    ("max_log_streams", 0, "positive whole number of log streams, or None"),
+    ("max_log_streams", "100", "positive whole number of log streams, or None"),
+    ("max_log_streams", True, "positive whole number of log streams, or None"),
     ("labels", {"team": 5}, "must be a string"),
     ("labels", {"bad key": "a b"}, "not a valid label key"),
     ("labels", {"team": "a b"}, "not a valid label value"),
@@ -98,6 +101,7 @@ def test_job_is_required():
 SENSOR_PARSE_TIME_BAD = [
     ("target_state", "Failed", "one of 'Succeeded', 'Running'"),
     ("log_replicas", 123, "list of replica type names"),
+    ("max_log_streams", 2.5, "positive whole number of log streams, or None"),
     ("get_logs", "no", "True or False"),
     ("deferrable", "yes", "True or False"),
     ("kind", 5, "non-empty string or None"),

@@ -50,6 +50,7 @@ async def first(trigger):
         {"uid": "0b1c", "target_state": "Running", "get_logs": False, "log_replicas": ["Worker", "Master"]},
         {"deadline": "2026-11-29T13:00:00+00:00", "startup_timeout": 30.0, "kubernetes_conn_id": None},
         {"allow_missing": True, "status_grace_period": 5.0, "poll_interval": 1.5, "log_replicas": "all"},
+        {"log_replicas": "all", "max_log_streams": 200},
         {"on_kill_action": "keep"},
         {"on_kill_action": "delete"},
     ],
@@ -65,7 +66,11 @@ def test_serialize_round_trip(kwargs):
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"target_state": "Failed"}, "target_state"), ({"on_kill_action": "keep_pod"}, "on_kill_action")],
+    [
+        ({"target_state": "Failed"}, "target_state"),
+        ({"on_kill_action": "keep_pod"}, "on_kill_action"),
+        ({"max_log_streams": 0}, "max_log_streams"),
+    ],
 )
 def test_choices_are_checked(kwargs, match):
     with pytest.raises(ValueError, match=match):
