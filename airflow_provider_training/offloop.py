@@ -9,6 +9,7 @@ bundle into a TLS context (tens of milliseconds, for every one of hundreds of tr
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import threading
 from collections.abc import Callable, Hashable
@@ -50,10 +51,25 @@ def _run(work: Callable[[], Any], future: Future[Any]) -> None:
 
 
 async def import_off_loop(*modules: str) -> None:
-    """Import ``modules`` in a worker thread, once per process; later calls return at once."""
+    """Import ``modules`` in a worker thread, once per process; later calls return at once.
+
+    The Kubernetes client alone adds some 200,000 objects that live as long as the process. A full garbage
+    collection walks every tracked object while holding the GIL, so right after the import one took 120 to
+    160 ms, the longest loop stall left (``benchmarks/loop_lag.py``). So the automatic collector is paused
+    while the modules load, and what is alive then is moved to the permanent generation (``gc.freeze()``),
+    which later collections skip: the modules' objects are never garbage. What is frozen is never collected
+    by the cycle collector (only by reference counting): a bounded, one-off cost of what lived at that moment.
+    """
 
     def load() -> None:
-        for name in modules:
-            importlib.import_module(name)
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            for name in modules:
+                importlib.import_module(name)
+        finally:
+            gc.freeze()
+            if paused:
+                gc.enable()
 
     await once_in_thread(("import", modules), load)

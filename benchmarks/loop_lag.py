@@ -130,6 +130,30 @@ class StepClock:
         asyncio.events.Handle._run = timed  # type: ignore[method-assign]
 
 
+class GcClock:
+    """Times every garbage collection of the process (``gc.callbacks``): a full collection walks every
+    tracked object, so with a large heap it is a loop stall of its own, inside whichever step triggered it."""
+
+    def __init__(self) -> None:
+        self.longest = (0.0, -1)  # (seconds, generation)
+        self.full = 0  # generation-2 collections
+        self._began = 0.0
+
+    def install(self) -> None:
+        import gc
+
+        def callback(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                self._began = time.perf_counter()
+                return
+            spent = time.perf_counter() - self._began
+            self.full += info["generation"] == 2
+            if spent > self.longest[0]:
+                self.longest = (spent, info["generation"])
+
+        gc.callbacks.append(callback)
+
+
 def _step_name(handle: asyncio.Handle) -> str:
     """A task step as the task's name and where it is suspended now (the await that ended the step)."""
     task = getattr(getattr(handle, "_callback", None), "__self__", None)
@@ -234,6 +258,8 @@ def child(args: argparse.Namespace) -> None:
     logging.getLogger("asyncio").addHandler(slow)
     clock = StepClock(args.step_limit)
     clock.install()
+    collections = GcClock()
+    collections.install()
     if args.profile:  # cProfile of the loop's thread (the import and TLS threads are not in it)
         import cProfile
 
@@ -244,6 +270,8 @@ def child(args: argparse.Namespace) -> None:
         result = asyncio.run(_run_triggers(args, counter))
     result["slow_steps"] = slow.steps
     result["longest_step"] = clock.longest
+    result["longest_gc"] = list(collections.longest)
+    result["full_gcs"] = collections.full
     result["steps_over_limit"] = clock.over
     result["longest_steps"] = [f"{spent * 1000:.0f} ms: {what}" for spent, what in reversed(clock.top)]
     print("RESULT " + json.dumps(result), flush=True)
@@ -483,6 +511,13 @@ def main() -> None:
                 print(f"    worst lags (s after the first trigger, lag s): {result['worst']}", flush=True)
                 for step in result.get("longest_steps", []):
                     print(f"    longest step: {step}", flush=True)
+                if "longest_gc" in result:
+                    spent, generation = result["longest_gc"]
+                    print(
+                        f"    longest garbage collection: {spent * 1000:.0f} ms (generation {generation}); "
+                        f"{result['full_gcs']} full collections",
+                        flush=True,
+                    )
                 for step in result["steps_over_limit"] + result["slow_steps"]:
                     print(f"    slow step: {step}", flush=True)
     print()
