@@ -198,7 +198,7 @@ async def _run_triggers(args: argparse.Namespace, counter: CountingLog) -> dict[
     probe.start()
     await asyncio.sleep(0.2)  # the probe's baseline: an idle loop
     runner = TriggerRunner()
-    fresh = not any(name in sys.modules for name in ("aiohttp", "kubernetes_asyncio"))
+    fresh = "aiohttp" not in sys.modules
     started = time.perf_counter()
     tasks = []
     for trigger_id, name in enumerate(args.names):  # as TriggerRunner.create_triggers does
@@ -372,8 +372,6 @@ def prepare(scenario: str, args: argparse.Namespace, cluster: Cluster) -> tuple[
 WARM_UP = (
     "airflow.jobs.triggerer_job_runner",
     "aiohttp",
-    "kubernetes_asyncio.client",
-    "kubernetes_asyncio.config",
 )
 
 

@@ -18,12 +18,21 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:
-    from kubernetes_asyncio.client import Configuration
+from airflow_provider_training.hooks.kubeconfig import (
+    SERVICE_ACCOUNT,
+    ClusterConfig,
+    KubeconfigError,
+    file_version,
+    in_cluster_config,
+    read_kubeconfig_files,
+    static_config,
+    uses_plugin,
+)
+from airflow_provider_training.offloop import import_off_loop
 
 DEFAULT_CONN_ID = "kubernetes_default"
 _LEGACY_PREFIX = "extra__kubernetes__"
@@ -172,37 +181,82 @@ def load_connection_extras_sync(conn_id: str | None) -> dict[str, Any]:
     return dict(conn.extra_dejson)
 
 
-async def build_configuration(settings: KubeSettings) -> Configuration:
-    """A kubernetes_asyncio client configuration for ``settings`` (never the process-wide default)."""
-    from kubernetes_asyncio import config
-    from kubernetes_asyncio.client import Configuration
+async def build_configuration(settings: KubeSettings) -> ClusterConfig:
+    """The cluster configuration for ``settings`` (see :mod:`.kubeconfig`); files are read in a thread."""
+    cfg = await asyncio.to_thread(_static_or_plugin, settings)
+    if isinstance(cfg, ClusterConfig):
+        return cfg
+    kubeconfig, base_dir = cfg
+    return await _plugin_config(kubeconfig, settings.cluster_context, base_dir, settings.disable_verify_ssl)
 
-    cfg = Configuration()
-    if settings.in_cluster:
-        config.load_incluster_config(client_configuration=cfg)
-    elif settings.kube_config_path:
-        await config.load_kube_config(
-            config_file=settings.kube_config_path,
-            context=settings.cluster_context,
-            client_configuration=cfg,
-            persist_config=False,
-        )
-    elif settings.kube_config is not None:
-        await config.load_kube_config_from_dict(
-            dict(settings.kube_config), context=settings.cluster_context, client_configuration=cfg
-        )
-    else:
-        await _load_default(cfg, settings.cluster_context)
+
+def _static_or_plugin(settings: KubeSettings) -> ClusterConfig | tuple[Mapping[str, Any], str]:
+    """The static configuration, or the kubeconfig to hand to the client's plugin loader with its folder."""
+    try:
+        if settings.in_cluster:
+            cfg = in_cluster_config()
+        else:
+            if settings.kube_config is not None:
+                kubeconfig, base_dir = settings.kube_config, os.getcwd()
+            else:
+                if settings.kube_config_path is None and _in_a_pod():
+                    return _without_verification(in_cluster_config(), settings)
+                paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+                kubeconfig, base_dir = read_kubeconfig_files(paths)
+            if uses_plugin(kubeconfig, settings.cluster_context):
+                return kubeconfig, base_dir
+            cfg = static_config(kubeconfig, settings.cluster_context, base_dir)
+    except KubeconfigError as err:
+        raise ConnectionConfigError(f"The kubernetes connection's cluster configuration: {err}") from None
+    return _without_verification(cfg, settings)
+
+
+def _in_a_pod() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT / "token").is_file()
+
+
+def _without_verification(cfg: ClusterConfig, settings: KubeSettings) -> ClusterConfig:
     if settings.disable_verify_ssl:
         cfg.verify_ssl = False
     return cfg
 
 
-_shared: dict[tuple[Any, ...], Configuration] = {}
-_building: dict[tuple[int, tuple[Any, ...]], asyncio.Task[Configuration]] = {}
+async def _plugin_config(
+    kubeconfig: Mapping[str, Any], context: str | None, base_dir: str, disable_verify_ssl: bool
+) -> ClusterConfig:
+    """An ``exec`` or ``auth-provider`` user: kubernetes_asyncio's loader runs the plugin and refreshes its
+    token; its import (seconds) happens in a worker thread, once per process."""
+    await import_off_loop("kubernetes_asyncio.config")
+    from kubernetes_asyncio import config
+    from kubernetes_asyncio.client import Configuration
+
+    client_cfg = Configuration()
+    loader = config.kube_config.KubeConfigLoader(
+        config_dict=dict(kubeconfig), active_context=context, config_base_path=base_dir
+    )
+    await loader.load_and_set(client_cfg)
+
+    async def headers() -> dict[str, str]:
+        token = (await client_cfg.auth_settings()).get("BearerToken") or {}
+        return {token["key"]: token["value"]} if token.get("value") else {}
+
+    return ClusterConfig(
+        host=str(client_cfg.host),
+        ca_file=client_cfg.ssl_ca_cert,
+        cert_file=client_cfg.cert_file,
+        key_file=client_cfg.key_file,
+        verify_ssl=bool(client_cfg.verify_ssl) and not disable_verify_ssl,
+        tls_server_name=client_cfg.tls_server_name,
+        proxy=client_cfg.proxy,
+        plugin_headers=headers,
+    )
 
 
-async def shared_configuration(settings: KubeSettings) -> Configuration:
+_shared: dict[tuple[Any, ...], ClusterConfig] = {}
+_building: dict[tuple[int, tuple[Any, ...]], asyncio.Task[ClusterConfig]] = {}
+
+
+async def shared_configuration(settings: KubeSettings) -> ClusterConfig:
     """One :func:`build_configuration` per cluster settings (and kubeconfig file version), per process.
 
     Parsing a kubeconfig takes milliseconds of CPU on the event loop; hundreds of triggers starting together
@@ -229,26 +283,3 @@ async def shared_configuration(settings: KubeSettings) -> Configuration:
     cfg = await asyncio.shield(task)  # a caller cancelled does not cancel the others' build
     _shared[key] = cfg
     return cfg
-
-
-def file_version(path: str | None) -> int | None:
-    """A file's modification time (ns), for cache keys; ``None`` without a file (its reader reports that)."""
-    try:
-        return os.stat(path).st_mtime_ns if path else None
-    except OSError:
-        return None
-
-
-async def _load_default(cfg: Configuration, context: str | None) -> None:
-    """In-cluster credentials when running in a pod, else the user's kubeconfig (``KUBECONFIG`` honoured)."""
-    from kubernetes_asyncio import config
-
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-        return
-    except config.ConfigException:
-        pass
-    path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    await config.load_kube_config(
-        config_file=path, context=context, client_configuration=cfg, persist_config=False
-    )

@@ -6,14 +6,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
 
 
-class KubeApiError(ApiException):
+class KubeApiError(Exception):
     """A non-2xx answer of the Kubernetes API, with its ``Status`` body already parsed.
 
-    A subclass of kubernetes_asyncio's ``ApiException``, so ``except ApiException`` code keeps working.
+    It carries what the clients' ``ApiException`` carries (``status``, ``reason``, ``body``, ``headers``) but
+    does not subclass it: that class lives in the client package, whose import costs seconds (see
+    :mod:`.kubeconfig`), and the provider never uses the client.
     """
 
     def __init__(
@@ -24,7 +25,9 @@ class KubeApiError(ApiException):
         body: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(status=status, reason=reason)
+        super().__init__(status, reason, message)
+        self.status = status
+        self.reason = reason
         self.message = message
         self.status_body: dict[str, Any] = dict(body or {})
         self.body = json.dumps(self.status_body).encode() if body else None

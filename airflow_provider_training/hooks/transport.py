@@ -1,5 +1,5 @@
-"""Raw HTTP access to the Kubernetes API over shared aiohttp sessions, configured by a kubernetes_asyncio
-``Configuration`` (host, credentials, TLS, proxy).
+"""Raw HTTP access to the Kubernetes API over shared aiohttp sessions, configured by a
+:class:`~airflow_provider_training.hooks.kubeconfig.ClusterConfig` (host, credentials, TLS, proxy).
 
 Every answer is read as bytes and decoded by us: JSON for objects and lists, UTF-8 (``errors="replace"``) for
 logs. This sidesteps the client's model (de)serialization, which the provider does not need (it works on plain
@@ -9,7 +9,7 @@ Every transport of one configuration on one event loop shares its session (conne
 thousand triggers and their log streams hold one, not one each. The TLS context (loading the CA bundle
 costs tens of milliseconds of CPU and most of a megabyte) is built in a worker thread, once per process and
 TLS settings, and only for ``https://`` servers: many triggers starting together on the triggerer's loop
-must not each build one there (``ApiClient`` builds one per client).
+must not each build one there (kubernetes_asyncio's ``ApiClient`` builds one per client).
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
-from airflow_provider_training.hooks.connection import file_version
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.kinds.base import ResourceRef
 from airflow_provider_training.offloop import once_in_thread
 
 if TYPE_CHECKING:
-    from kubernetes_asyncio.client import Configuration
+    from airflow_provider_training.hooks.kubeconfig import ClusterConfig
 
 Query = Iterable[tuple[str, str]]
 
@@ -90,7 +89,7 @@ class _Pool:
     Closed when its last transport closes.
     """
 
-    def __init__(self, configuration: Configuration, pools: dict[int, _Pool]) -> None:
+    def __init__(self, configuration: ClusterConfig, pools: dict[int, _Pool]) -> None:
         self.configuration = configuration
         self.pools = pools  # its loop's pools, by configuration
         self.users = 0
@@ -121,7 +120,7 @@ class _Pool:
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, _Pool]] = weakref.WeakKeyDictionary()
 
 
-def _pool_for(configuration: Configuration) -> _Pool:
+def _pool_for(configuration: ClusterConfig) -> _Pool:
     """The running loop's pool for ``configuration`` (one object per connection, see
     ``connection.shared_configuration``; the pool holds it, so its id stays its own), with one more user."""
     pools = _pools.setdefault(asyncio.get_running_loop(), {})
@@ -138,10 +137,10 @@ class KubeTransport:
 
     def __init__(
         self,
-        configuration: Configuration,
+        configuration: ClusterConfig,
         *,
         request_timeout: float = 60.0,
-        reload_credentials: Callable[[], Awaitable[Configuration]] | None = None,
+        reload_credentials: Callable[[], Awaitable[ClusterConfig]] | None = None,
     ) -> None:
         self._configuration = configuration
         self._pool: _Pool | None = None
@@ -165,8 +164,7 @@ class KubeTransport:
         if resp.status == 401 and self._reload_credentials is not None:
             resp.release()
             fresh = await self._reload_credentials()
-            self._configuration.api_key = dict(fresh.api_key)
-            self._configuration.api_key_prefix = dict(fresh.api_key_prefix)
+            self._configuration.take_credentials(fresh)
             resp = await self._send_once(*args)
         return resp
 
@@ -184,10 +182,7 @@ class KubeTransport:
         self.requests += 1
         cfg = self._configuration
         headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": USER_AGENT}
-        # The bearer token, refreshed first by the configuration's hook if it has one (exec plugins).
-        token = (await cfg.auth_settings()).get("BearerToken")
-        if token and token.get("value"):
-            headers[token["key"]] = token["value"]
+        headers.update(await cfg.auth_headers())  # exec plugins refresh their token first
         params = list(query or ())
         url = f"{cfg.host}{path}" + (f"?{urlencode(params)}" if params else "")
         return await session.request(
@@ -197,7 +192,6 @@ class KubeTransport:
             data=None if body is None else json.dumps(body, default=_json_default),
             timeout=timeout,
             proxy=cfg.proxy,
-            proxy_headers=cfg.proxy_headers,
             server_hostname=cfg.tls_server_name,
         )
 
@@ -279,33 +273,11 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-async def shared_ssl_context(configuration: Configuration) -> ssl.SSLContext:
+async def shared_ssl_context(configuration: ClusterConfig) -> ssl.SSLContext:
     """The TLS context for ``configuration``'s CA, client certificate and verification settings.
 
     Built in a worker thread the first time, then shared by every transport of the process with the same
     settings. Files are keyed with their modification times, so a rotated CA or client certificate gets a
     new context.
     """
-    cfg = configuration
-    files = (cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file)
-    key = (
-        "ssl",
-        *files,
-        *map(file_version, files),
-        bool(cfg.verify_ssl),
-        bool(cfg.disable_strict_ssl_verification),
-    )
-    return await once_in_thread(key, lambda: _ssl_context(cfg))
-
-
-def _ssl_context(cfg: Configuration) -> ssl.SSLContext:
-    """The context kubernetes_asyncio's REST client builds for each client."""
-    context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-    if cfg.cert_file:
-        context.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
-    if not cfg.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if cfg.disable_strict_ssl_verification:
-        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    return context
+    return await once_in_thread(configuration.tls_key(), configuration.ssl_context)

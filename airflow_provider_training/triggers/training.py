@@ -42,8 +42,6 @@ from airflow_provider_training.params import (
 # on the loop).
 RUNTIME_MODULES = (
     "aiohttp",
-    "kubernetes_asyncio.client",
-    "kubernetes_asyncio.config",
     "airflow_provider_training.hooks.training",
     "airflow_provider_training.kinds.registry",
     "airflow_provider_training.logs",

@@ -87,7 +87,7 @@ def test_false_strings_do_not_select_in_cluster():
 async def test_inline_kube_config_and_context_build_the_client_configuration():
     cfg = await build_configuration(KubeSettings(kube_config=KUBECONFIG, cluster_context="two"))
     assert cfg.host == "http://127.0.0.1:1"
-    assert cfg.api_key["BearerToken"] == "Bearer t0ken"
+    assert await cfg.auth_headers() == {"Authorization": "Bearer t0ken"}
 
 
 async def test_disable_verify_ssl_reaches_the_client_configuration(tmp_path):

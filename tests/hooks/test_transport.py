@@ -8,7 +8,7 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from airflow_provider_training.hooks import transport as transport_module
+from airflow_provider_training.hooks.kubeconfig import ClusterConfig
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.hooks.transport import collection_path, encode_query, iter_lines, object_path
 from airflow_provider_training.kinds.base import PODS, ResourceRef
@@ -116,12 +116,11 @@ async def test_connections_are_not_capped_by_the_pool_size_and_plain_http_builds
     kube, kube_conn, monkeypatch
 ):
     built: list[object] = []
-    monkeypatch.setattr(transport_module, "_ssl_context", lambda cfg: built.append(cfg) or None)
+    monkeypatch.setattr(ClusterConfig, "ssl_context", lambda cfg: built.append(cfg) or None)
     hook = AsyncTrainingJobHook(kube_conn, retry=FAST_RETRY)
-    (await hook.transport())._configuration.connection_pool_maxsize = 2
     watches = [asyncio.create_task(_watch_forever(hook)) for _ in range(3)]
     try:
-        # Three open watches at once, more than connection_pool_maxsize, and a short request besides.
+        # Three open watches at once and a short request besides: no pool size caps them.
         await until(lambda: len([r for r in requests_to(kube, "pytorchjobs", watch=True) if r.status]) == 3)
         assert await hook.get_object(JOB, "absent", "default") is None  # short requests still get through
     finally:

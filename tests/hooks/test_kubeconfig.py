@@ -1,0 +1,281 @@
+"""The provider's own kubeconfig reading, over real HTTPS: CA and client certificates as data or files, token
+files, insecure-skip-tls-verify, in-cluster service accounts, and exec plugins handed to kubernetes_asyncio.
+
+The server is a small aiohttp app with a certificate signed by a CA made here; it answers the one GET the
+tests make and records the credentials each request brought (the TLS client certificate's subject and the
+Authorization header)."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import ssl
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from airflow_provider_training.hooks import kubeconfig as kubeconfig_module
+from airflow_provider_training.hooks.connection import ConnectionConfigError
+from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.kinds.registry import get_kind
+from tests.hooks.kube_env import FAST_RETRY
+
+JOB = get_kind("PyTorchJob").resource
+
+
+@dataclass
+class Pki:
+    folder: Path
+    ca_pem: bytes
+    ca_key: ec.EllipticCurvePrivateKey
+
+    def issue(self, name: str, *, server: bool) -> tuple[Path, Path]:
+        """A certificate for ``name`` signed by the CA: (certificate file, key file)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        ca = x509.load_pem_x509_certificate(self.ca_pem)
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName("kube.test"), x509.DNSName("localhost")]),
+                critical=False,
+            )
+        cert = builder.sign(self.ca_key, hashes.SHA256())
+        cert_file, key_file = self.folder / f"{name}.crt", self.folder / f"{name}.key"
+        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_file.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        return cert_file, key_file
+
+
+def make_pki(folder: Path) -> Pki:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return Pki(folder, cert.public_bytes(serialization.Encoding.PEM), key)
+
+
+@dataclass
+class TlsServer:
+    url: str
+    pki: Pki
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    accepted_tokens: set[str] = field(default_factory=set)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[TlsServer]:
+    """HTTPS on 127.0.0.1 with the name kube.test in its certificate; client certificates are optional."""
+    pki = make_pki(tmp_path)
+    cert_file, key_file = pki.issue("apiserver", server=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=pki.ca_pem.decode())
+    context.load_cert_chain(cert_file, key_file)
+    context.verify_mode = ssl.CERT_OPTIONAL
+    state = TlsServer("", pki)
+
+    async def handle(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        subject = dict(item[0] for item in peer["subject"]) if peer else {}
+        authorization = request.headers.get("Authorization", "")
+        state.seen.append({"client": subject.get("commonName"), "authorization": authorization})
+        bearer = authorization.removeprefix("Bearer ")
+        if state.accepted_tokens and bearer not in state.accepted_tokens:
+            status = {"kind": "Status", "code": 401, "reason": "Unauthorized", "message": "Unauthorized"}
+            return web.json_response(status, status=401)
+        status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not found"}
+        return web.json_response(status, status=404)
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    state.url = f"https://localhost:{port}"
+    try:
+        yield state
+    finally:
+        await runner.cleanup()
+
+
+def kubeconfig(cluster: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "ctx",
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+    }
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def get_absent(path: Path) -> None:
+    """One GET through a hook on the kubeconfig at ``path``: the server's 404 means TLS and auth passed."""
+    hook = AsyncTrainingJobHook(None, config_file=str(path), retry=FAST_RETRY)
+    try:
+        assert await hook.get_object(JOB, "absent", "default") is None
+    finally:
+        await hook.close()
+
+
+def write(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def test_inline_ca_and_client_certificate_data_authenticate(server, tmp_path):
+    cert, key = server.pki.issue("alice", server=False)
+    cluster = {"server": server.url, "certificate-authority-data": b64(server.pki.ca_pem)}
+    user = {"client-certificate-data": b64(cert.read_bytes()), "client-key-data": b64(key.read_bytes())}
+    await get_absent(write(tmp_path / "config", kubeconfig(cluster, user)))
+    assert server.seen == [{"client": "alice", "authorization": ""}]
+
+
+async def test_file_references_resolve_against_the_kubeconfig_folder(server, tmp_path):
+    cert, key = server.pki.issue("bob", server=False)
+    (tmp_path / "ca.crt").write_bytes(server.pki.ca_pem)
+    cluster = {"server": server.url, "certificate-authority": "ca.crt"}
+    user = {"client-certificate": cert.name, "client-key": key.name, "token": "tok"}
+    await get_absent(write(tmp_path / "config", kubeconfig(cluster, user)))
+    assert server.seen == [{"client": "bob", "authorization": "Bearer tok"}]
+
+
+async def test_an_unknown_ca_is_refused_and_insecure_skip_tls_verify_accepts_it(server, tmp_path):
+    other_ca = make_pki(tmp_path)
+    cluster = {"server": server.url, "certificate-authority-data": b64(other_ca.ca_pem)}
+    hook = AsyncTrainingJobHook(
+        None, config_file=str(write(tmp_path / "bad", kubeconfig(cluster, {"token": "t"}))), retry=FAST_RETRY
+    )
+    try:
+        with pytest.raises(Exception, match="certificate verify failed"):
+            await hook.get_object(JOB, "absent", "default")
+    finally:
+        await hook.close()
+    assert server.seen == []
+    insecure = {"server": server.url, "insecure-skip-tls-verify": True}
+    await get_absent(write(tmp_path / "insecure", kubeconfig(insecure, {"token": "t"})))
+    assert server.seen == [{"client": None, "authorization": "Bearer t"}]
+
+
+async def test_tls_server_name_verifies_another_name_than_the_url(server, tmp_path):
+    cluster = {
+        "server": server.url.replace("localhost", "127.0.0.1"),
+        "certificate-authority-data": b64(server.pki.ca_pem),
+        "tls-server-name": "kube.test",
+    }
+    await get_absent(write(tmp_path / "config", kubeconfig(cluster, {"token": "t"})))
+    assert len(server.seen) == 1
+
+
+async def test_a_rotated_token_file_is_read_again_after_a_401(server, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    server.accepted_tokens = {"first"}
+    cluster = {"server": server.url, "certificate-authority-data": b64(server.pki.ca_pem)}
+    path = write(tmp_path / "config", kubeconfig(cluster, {"tokenFile": str(token)}))
+    hook = AsyncTrainingJobHook(None, config_file=str(path), retry=FAST_RETRY)
+    try:
+        assert await hook.get_object(JOB, "absent", "default") is None
+        token.write_text("second\n")  # the file rotates and the server stops accepting the old token
+        server.accepted_tokens = {"second"}
+        assert await hook.get_object(JOB, "absent", "default") is None
+    finally:
+        await hook.close()
+    assert [s["authorization"] for s in server.seen] == ["Bearer first", "Bearer first", "Bearer second"]
+
+
+async def test_in_cluster_service_account(server, tmp_path, monkeypatch):
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("sa-token")
+    (account / "ca.crt").write_bytes(server.pki.ca_pem)
+    monkeypatch.setattr(kubeconfig_module, "SERVICE_ACCOUNT", account)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "localhost")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", server.url.rsplit(":", 1)[1])
+    hook = AsyncTrainingJobHook(None, connection_extras={"in_cluster": True}, retry=FAST_RETRY)
+    try:
+        assert await hook.get_object(JOB, "absent", "default") is None
+    finally:
+        await hook.close()
+    assert server.seen == [{"client": None, "authorization": "Bearer sa-token"}]
+
+
+async def test_an_exec_plugin_user_goes_through_the_client_loader(server, tmp_path):
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "kind": "ExecCredential",
+        "status": {"token": "from-exec"},
+    }
+    cluster = {"server": server.url, "certificate-authority-data": b64(server.pki.ca_pem)}
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": sys.executable,
+            "args": ["-c", f"print({json.dumps(json.dumps(credential))})"],
+        }
+    }
+    await get_absent(write(tmp_path / "config", kubeconfig(cluster, user)))
+    assert server.seen == [{"client": None, "authorization": "Bearer from-exec"}]
+
+
+async def test_kubeconfig_problems_name_the_entry_and_reach_no_server(server, tmp_path):
+    config = kubeconfig({"server": server.url}, {"token": "t"})
+    config["contexts"][0]["context"]["cluster"] = "missing"
+    hook = AsyncTrainingJobHook(None, config_file=str(write(tmp_path / "c", config)), retry=FAST_RETRY)
+    try:
+        with pytest.raises(ConnectionConfigError, match="no cluster named 'missing'"):
+            await hook.get_object(JOB, "absent", "default")
+        hook_b = AsyncTrainingJobHook(None, config_file=str(tmp_path / "nowhere"), retry=FAST_RETRY)
+        with pytest.raises(ConnectionConfigError, match="cannot read the kubeconfig"):
+            await hook_b.get_object(JOB, "absent", "default")
+        await hook_b.close()
+    finally:
+        await hook.close()
+    assert server.seen == []
+
+
+def test_kube_api_error_keeps_the_client_exception_attributes():
+    error = KubeApiError.from_response(403, b'{"reason": "Forbidden", "message": "no"}', {"X": "y"})
+    assert (error.status, error.reason, error.message, error.headers["x"]) == (403, "Forbidden", "no", "y")
+    assert json.loads(error.body or b"") == {"reason": "Forbidden", "message": "no"}
