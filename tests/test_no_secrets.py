@@ -51,15 +51,24 @@ CONNECTIONS = ["kube_config_path", "kube_config"]
 
 # The replica's command: it reads the Secret's value from its env and proves it had it by writing it to a file
 # (outside the log); it prints only non-secret lines. The master fails when FAIL_MASTER is set.
+# The master decides a PyTorchJob: it ends only once the worker has written its proof (a gate, bounded as a
+# guard against hanging), so the job cannot succeed before every replica has shown what its env held.
 TRAINING_SCRIPT = """
-import os, sys
+import os, sys, time
 value = os.environ["TRAINING_API_KEY"]
-with open(os.path.join(sys.argv[1], os.environ["HOSTNAME"]), "w") as proof:
-    proof.write(value)
+proof = os.path.join(sys.argv[1], os.environ["HOSTNAME"])
+with open(proof + ".part", "w") as handle:
+    handle.write(value)
+os.rename(proof + ".part", proof)  # whole or absent, for the master's check and the test's read
 print("epoch 1 loss 0.42 (credentials: %d characters)" % len(value), flush=True)
 if os.environ.get("FAIL_MASTER") and "-master-" in os.environ["HOSTNAME"]:
     print("cannot reach the data service, giving up", flush=True)
     sys.exit(3)
+worker = os.path.join(sys.argv[1], os.environ["HOSTNAME"].replace("-master-", "-worker-"))
+for _ in range(6000):
+    if os.path.exists(worker):
+        break
+    time.sleep(0.05)
 print("epoch 2 loss 0.17", flush=True)
 """
 
@@ -306,7 +315,7 @@ def run_task(op: PyTorchJobOperator, mode: str, output: TaskOutput) -> Any:
 
 def proof_of_env(proof_dir: Path) -> dict[str, str]:
     """What each replica process found in its env (it wrote the value to a file named after its pod)."""
-    return {path.name: path.read_text() for path in proof_dir.iterdir()}
+    return {path.name: path.read_text() for path in proof_dir.iterdir() if path.suffix != ".part"}
 
 
 # -- success ------------------------------------------------------------------------------------------------
