@@ -117,14 +117,18 @@ class JobSubmitter:
         with self.hook() as hook:
             meta = body["metadata"]
             meta["namespace"] = meta.get("namespace") or hook.get_namespace()
-            earlier = self._previous(hook, kind, meta["namespace"], identity, store)
+            earlier = self._previous(hook, kind, meta["namespace"], identity, stored_reference(context))
             return self._settle(hook, kind, body, identity, store, earlier)
 
     def _previous(
-        self, hook: TrainingJobHook, kind: JobKind, namespace: str, identity: naming.TaskIdentity, store: Any
+        self,
+        hook: TrainingJobHook,
+        kind: JobKind,
+        namespace: str,
+        identity: naming.TaskIdentity,
+        stored: Mapping[str, Any] | None,
     ) -> dict[str, Any] | None:
-        stored = store.get(STATE_KEY)
-        if isinstance(stored, dict) and stored.get("kind") == kind.kind:
+        if stored is not None and stored.get("kind") == kind.kind:
             job = hook.get_job(kind, stored["name"], stored["namespace"])
             if job is not None and (job.get("metadata") or {}).get("uid") == stored.get("uid"):
                 self.log.info(

@@ -28,7 +28,6 @@ TRIGGER_CLASSPATH = "airflow_provider_training.triggers.training.TrainingJobTrig
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
-_pending: set[Future[None]] = set()
 
 
 @hookimpl
@@ -59,10 +58,7 @@ def marked(previous_state: Any, task_instance: Any) -> Future[None] | None:
     with _lock:
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="training-kill")
-        future = _executor.submit(delete_job, kwargs)
-        _pending.add(future)
-    future.add_done_callback(_pending.discard)
-    return future
+        return _executor.submit(delete_job, kwargs)
 
 
 def delete_job(kwargs: dict[str, Any]) -> None:
@@ -83,12 +79,3 @@ def delete_job(kwargs: dict[str, Any]) -> None:
         log.exception("Could not delete %s", job)
         return
     log.info("%s %s", job, "deleted" if deleted else "was already gone (or is another try's job now)")
-
-
-def wait_pending(timeout: float) -> bool:
-    """Wait for the deletions started so far; ``False`` if some were still running after ``timeout`` s."""
-    from concurrent.futures import wait
-
-    with _lock:
-        pending = set(_pending)
-    return not wait(pending, timeout=timeout).not_done
