@@ -258,3 +258,31 @@ def test_marking_deferred_tasks_while_the_triggerer_restarts(airflow: Airflow, k
     said = airflow.output("api-server")
     for cell in marks:
         assert f"marked {cell.action} while deferred: deleting PyTorchJob default/{cell.job}" in said
+
+
+def test_a_deferral_airflow_times_out_with_no_triggerer_deletes_the_job(
+    airflow: Airflow, kube: LocalKube
+) -> None:
+    """No triggerer runs the trigger, so its own deadline never fires: the scheduler fails the deferral past
+    its padded timeout, and the worker that resumes the task deletes the job before failing it."""
+    cell = Cell("timeout", "deferred", None)
+    dag_id, run_id = "e2e_kill_deferral_timeout", cell.run_id
+    airflow.stop("triggerer")  # before the run: no trigger of this task ever starts
+    airflow.trigger(dag_id, run_id)
+    airflow.wait(
+        "the task to defer with its job running",
+        lambda: (
+            airflow.task_instance(dag_id, run_id, "train")["state"] == "deferred"
+            and running(job_of(kube, cell.job))
+        ),
+        SETTLE_WITHIN,
+    )
+    # The deferral's timeout: the 45 s deadline's rest plus at least 60 s; the scheduler checks every 15 s.
+    airflow.wait("the job to be deleted", lambda: gone(kube, cell), 300)
+    airflow.wait(
+        "the task to fail", lambda: airflow.task_instance(dag_id, run_id, "train")["state"] == "failed", 60
+    )
+    log = "".join(
+        f.read_text(errors="replace") for f in sorted(airflow.task_dir(dag_id, run_id, "train").glob("*.log"))
+    )
+    assert f"Deleting PyTorchJob default/{cell.job} (the deferral timed out)" in log
