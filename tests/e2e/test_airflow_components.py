@@ -107,14 +107,25 @@ def _kill_while_deferred(airflow: Airflow, kube: LocalKube, action: str) -> list
 
 
 def test_marking_a_deferred_task_failed_deletes_its_job(airflow: Airflow, kube: LocalKube) -> None:
+    """Two parties delete the job of a deferred task a user marks failed, and either may be first: the API
+    server's kill listener (as it commits the new state) and the trigger's on_kill (once the triggerer sees
+    the task is no longer deferred). When the listener's delete reaches the trigger's watch first, the trigger
+    ends with its job deleted instead of being cancelled (seen on a loaded machine). The job is deleted
+    either way, and the logs name who deleted it."""
     events = _kill_while_deferred(airflow, kube, "delete")
 
-    assert "Trigger cancelled by user action, invoking on_kill" in events, events
     end = time.monotonic() + ON_KILL_TIMEOUT
     while pytorch_job(kube, "e2e-kill-delete") is not None and time.monotonic() < end:
         time.sleep(0.2)
     assert pytorch_job(kube, "e2e-kill-delete") is None
-    assert "PyTorchJob default/e2e-kill-delete deleted" in events
+    listener = "marked failed while deferred: deleting PyTorchJob default/e2e-kill-delete"
+    assert listener in airflow.output("api-server")
+    if "Trigger cancelled by user action, invoking on_kill" in events:
+        assert "PyTorchJob default/e2e-kill-delete deleted" in events or any(
+            "already gone" in e for e in events
+        ), events
+    else:  # the listener's delete came first: the trigger saw its job go
+        assert "Trigger fired event" in events, events
 
 
 def test_marking_a_deferred_task_failed_keeps_its_job_with_on_kill_action_keep(
