@@ -25,7 +25,7 @@ from typing import Any
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.kinds.base import ResourceRef
+from airflow_provider_training.kinds.base import PODS, ResourceRef
 from airflow_provider_training.localkube.selectors import Requirement, labels_match, parse_label_selector
 
 log = logging.getLogger(__name__)
@@ -316,7 +316,7 @@ class _SharedWatch:
         except Exception as err:
             sub.put(err)
             return
-        sub.prime_confirmed(obj, self.namespace)
+        sub.prime_confirmed(obj if obj is None else _trim(obj, self.resource), self.namespace)
 
     async def stop(self) -> None:
         # asyncio.wait, not `await self.task`: awaiting the cancelled task would raise *its* CancelledError,
@@ -367,7 +367,7 @@ class _SharedWatch:
     async def _list(self) -> None:
         self.hub._count(lists=1)
         listed = await self.hook.list_objects(self.resource, self.namespace)
-        current = {item["metadata"]["name"]: _trim(item) for item in listed.get("items") or []}
+        current = {item["metadata"]["name"]: _trim(item, self.resource) for item in listed.get("items") or []}
         self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
         if not self.synced:
             self.objects = current
@@ -402,7 +402,7 @@ class _SharedWatch:
             obj = event.get("object") or {}
             version = _rv(obj)
             if event.get("type") != "BOOKMARK":
-                self._apply(str(event.get("type")), _trim(obj))
+                self._apply(str(event.get("type")), _trim(obj, self.resource))
             if version:
                 self.resource_version = version
 
@@ -416,10 +416,27 @@ class _SharedWatch:
             sub.offer(type_, obj)
 
 
-def _trim(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without ``metadata.managedFields`` (server-side apply bookkeeping, often the largest part
-    of an object, which nothing here reads): the hub keeps every object of its watches in memory."""
+# What readers of a cached pod use of its spec (logs: container names); its metadata and status stay whole.
+_POD_SPEC_KEPT = ("nodeName", "restartPolicy")
+_POD_CONTAINER_LISTS = ("initContainers", "containers")
+
+
+def _trim(obj: dict[str, Any], resource: ResourceRef) -> dict[str, Any]:
+    """What the hub keeps of an object, which it holds in memory for as long as it is watched.
+
+    Never ``metadata.managedFields`` (server-side apply bookkeeping, often the largest part of an object,
+    which nothing reads). Of a pod's spec only the node, the restart policy and the container names: the
+    rest (images, env, mounts, volumes, tolerations, probes) is some 40 % of a pod in localkube and more on
+    a real cluster, and no reader of watched pods (the kinds, diagnostics, the log streamer) looks at it.
+    Jobs and other children are kept whole: a kind's status may read any field of their specs."""
     (obj.get("metadata") or {}).pop("managedFields", None)
+    spec = obj.get("spec")
+    if resource == PODS and isinstance(spec, dict):
+        kept: dict[str, Any] = {key: spec[key] for key in _POD_SPEC_KEPT if key in spec}
+        for key in _POD_CONTAINER_LISTS:
+            if key in spec:
+                kept[key] = [{"name": c.get("name")} for c in spec[key] or [] if isinstance(c, dict)]
+        obj["spec"] = kept
     return obj
 
 

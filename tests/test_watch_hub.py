@@ -483,3 +483,35 @@ async def test_the_cache_drops_managed_fields(kube, hook):
     )
     stored = kube.store.get(rtype(kube, JOB), "default", "listed")
     assert stored["metadata"].get("managedFields") == managed  # the server kept them: the hub dropped them
+
+
+async def test_the_cache_keeps_of_a_pod_its_metadata_status_node_and_container_names(kube, hook):
+    """What readers of watched pods use stays whole (metadata, status, node, restart policy, container
+    names); the rest of the spec (images, env, mounts, volumes, tolerations) is not held in memory."""
+    hub = WatchHub()
+    container = {
+        "name": "trainer",
+        "image": "registry.example/train:1",
+        "env": [{"name": "EPOCHS", "value": "20"}],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    spec = {
+        "containers": [container],
+        "initContainers": [{**container, "name": "fetch"}],
+        "nodeName": "node-1",
+        "restartPolicy": "Never",
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+    }
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}}, "spec": spec}
+    stored = kube.store.create(rtype(kube, PODS), "default", pod)
+    async with hub.subscribe(hook, PODS, "default", label_selector="a=b") as events:
+        cached = (await next_event(events)).object
+    assert cached["spec"] == {
+        "nodeName": "node-1",
+        "restartPolicy": "Never",
+        "initContainers": [{"name": "fetch"}],
+        "containers": [{"name": "trainer"}],
+    }
+    assert cached["metadata"] == stored["metadata"] and cached.get("status") == stored.get("status")
+    assert kube.store.get(rtype(kube, PODS), "default", "p")["spec"]["volumes"]  # the server's pod is whole
