@@ -47,7 +47,7 @@ from scale_cluster import (
     start_cluster,
 )
 from scale_manifest import MARK
-from trigger_load import StatusClock
+from trigger_load import KIND, StatusClock, terminal
 
 from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.testing import connection_json
@@ -104,6 +104,10 @@ class Measurement:
     steady_lines: float = 0.0  # replica log lines per second the triggers' logs received
     steady_lag_max: float = 0.0
     latencies: list[float] = field(default_factory=list)
+    server_latencies: list[float] = field(
+        default_factory=list
+    )  # status write -> watch event sent (localkube)
+    client_latencies: list[float] = field(default_factory=list)  # watch event sent -> trigger event
     missing_write: int = 0
     events: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
@@ -258,6 +262,7 @@ def measure(
     m = Measurement(mode, jobs)
     cluster, runtime = start_cluster(args.log_every)
     clock = StatusClock(cluster)
+    sent = SentClock(cluster)
     kubeconfig = cluster.write_kubeconfig(workdir / f"{mode}-{jobs}.kubeconfig")
     prefix = f"j{jobs}"
     argv = [
@@ -340,12 +345,29 @@ def measure(
                 m.missing_write += 1
             else:
                 m.latencies.append(event["t"] - written)
+                if (out := sent.sent.get(event["name"])) is not None:
+                    m.server_latencies.append(out - written)
+                    m.client_latencies.append(event["t"] - out)
         m.peak_rss_kb = max((s["rss_kb"] for s in child.samples), default=0)
     finally:
         child.close(300.0 if profile is not None else 30.0)  # a profiled child writes its report at exit
         clock.stop()
         cluster.stop_thread()
     return m
+
+
+class SentClock:
+    """When localkube's server first wrote each job's terminal status to a watch client (its observer runs
+    on the cluster's loop, right after the write), the clock :class:`StatusClock` and the child use."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.sent: dict[str, float] = {}
+        cluster.watch_observer = self._observe
+
+    def _observe(self, plural: str, type_: str, obj: dict[str, Any]) -> None:
+        name = obj.get("metadata", {}).get("name", "")
+        if plural == KIND.resource.plural and name not in self.sent and terminal(obj):
+            self.sent[name] = time.perf_counter()
 
 
 def steady(
@@ -511,6 +533,15 @@ def report(runs: list[Measurement], submit: Submit | None, args: argparse.Namesp
             f"{m.startup_lag_max:>9.2f} {mb(m.peak_rss_kb):>11}  {pct(lat, 0.5):>12.0f} "
             f"{pct(lat, 0.99):>7.0f} {max(lat, default=float('nan')):>7.0f} {len(lat):>5}  {events}"
             f"{' (' + extra + ')' if extra else ''}"
+        )
+    print("\nstatus change to event, split where localkube's server wrote the event to the watch (ms)")
+    for m in runs:
+        server = [v * 1000 for v in m.server_latencies]
+        client = [v * 1000 for v in m.client_latencies]
+        print(
+            f"{m.jobs:>5} {MODES[m.mode]:<32} write->sent p50 {pct(server, 0.5):>7.0f} "
+            f"p99 {pct(server, 0.99):>7.0f}   sent->event p50 {pct(client, 0.5):>7.0f} "
+            f"p99 {pct(client, 0.99):>7.0f}  (n={len(client)})"
         )
     print("\nsteady requests by kind (whole window)")
     for m in runs:

@@ -52,6 +52,9 @@ class LocalKube:
         self.faults = Faults()
         self.faults.restart_hook = self._restart_anywhere
         self.requests: list[RequestRecord] = []
+        # Called with (plural, event type, object) right after a watch event was written to a client:
+        # benchmarks time the server's share of a status change's way to a trigger with it.
+        self.watch_observer: Callable[[str, str, dict], None] | None = None
         self.bookmark_interval = bookmark_interval
         self.task_errors: list[BaseException] = []  # what a controller or runtime task died of
         self.url = ""

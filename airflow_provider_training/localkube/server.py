@@ -351,6 +351,8 @@ class _Api:
                 return
             if translated := _translate(event, predicate):
                 await response.write(_watch_frame(*translated))
+                if (observer := self.cluster.watch_observer) is not None:
+                    observer(rt.plural, *translated)
         if bookmarks and clean_end:
             await response.write(self._bookmark(rt, sub.last_rv))
 
