@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -115,17 +116,33 @@ async def test_on_kill_of_a_waiting_trigger_honours_on_kill_action(cluster, acti
         await trigger_for(name).on_kill()
 
 
+async def warned(capsys, name: str, warning: str) -> str:
+    """Run a wait on job ``name`` whose deadline is far away until it logs ``warning`` (a gate, bounded as a
+    guard; not a deadline the trigger must beat on a busy machine), then cancel it; returns its output."""
+    waiting = asyncio.create_task(first(trigger_for(name, deadline=_in(600))))
+    out = ""
+    for _ in range(1200):
+        out += capsys.readouterr().out
+        if warning in out or waiting.done():
+            break
+        await asyncio.sleep(0.05)
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    return out + capsys.readouterr().out
+
+
 async def test_stuck_replicas_are_warned_once_with_their_events(cluster, capsys):
     create(cluster, "stuck-pull", {"Master": {"pending": "ImagePullBackOff"}, "default": {"duration": None}})
+    warning = "Replica pod stuck-pull-master-0 of PyTorchJob default/stuck-pull is stuck: ImagePull"
 
-    event = await first(trigger_for("stuck-pull", deadline=_in(1.5)))
-
-    out = capsys.readouterr().out
-    assert event["status"] == "timeout"
-    assert (
-        out.count("Replica pod stuck-pull-master-0 of PyTorchJob default/stuck-pull is stuck: ImagePull") == 1
-    )
+    out = await warned(capsys, "stuck-pull", warning)
+    assert out.count(warning) == 1, out
     assert "Failed to pull image" in out  # the pod's Warning events come with the warning
+
+    # The timeout names what kept the replica from starting: its events (a deadline already past).
+    event = await first(trigger_for("stuck-pull", deadline=_in(-1)))
+    assert event["status"] == "timeout"
     assert any(e["reason"] == "Failed" for e in event["events"])
     await trigger_for("stuck-pull").on_kill()
 
@@ -133,10 +150,10 @@ async def test_stuck_replicas_are_warned_once_with_their_events(cluster, capsys)
 async def test_unschedulable_replicas_are_named_in_the_timeout(cluster, capsys):
     create(cluster, "stuck-sched", {"Worker": {"pending": "Unschedulable"}, "default": {"duration": None}})
 
-    event = await first(trigger_for("stuck-sched", startup_timeout=60.0, deadline=_in(1.5)))
+    assert "is stuck: Unschedulable" in await warned(capsys, "stuck-sched", "is stuck: Unschedulable")
 
+    event = await first(trigger_for("stuck-sched", startup_timeout=60.0, deadline=_in(-1)))
     assert event["status"] == "timeout"
-    assert "is stuck: Unschedulable" in capsys.readouterr().out
     assert event["job_status"]["state"] == "Running"  # the master runs; the deadline ended the wait
     await trigger_for("stuck-sched").on_kill()
 
