@@ -256,6 +256,14 @@ _shared: dict[tuple[Any, ...], ClusterConfig] = {}
 _building: dict[tuple[int, tuple[Any, ...]], asyncio.Task[ClusterConfig]] = {}
 
 
+def _built(task: asyncio.Task[ClusterConfig], key: tuple[int, tuple[Any, ...]]) -> None:
+    """Forget a finished build; its failure counts as seen even when every caller was cancelled meanwhile
+    (each caller still gets it through its own await)."""
+    _building.pop(key, None)
+    if not task.cancelled():
+        task.exception()
+
+
 async def shared_configuration(settings: KubeSettings) -> ClusterConfig:
     """One :func:`build_configuration` per cluster settings (and kubeconfig file version), per process.
 
@@ -279,7 +287,7 @@ async def shared_configuration(settings: KubeSettings) -> ClusterConfig:
     task = _building.get((id(loop), key))
     if task is None:
         task = _building[(id(loop), key)] = loop.create_task(build_configuration(settings))
-        task.add_done_callback(lambda _: _building.pop((id(loop), key), None))
+        task.add_done_callback(lambda done: _built(done, (id(loop), key)))
     cfg = await asyncio.shield(task)  # a caller cancelled does not cancel the others' build
     _shared[key] = cfg
     return cfg
