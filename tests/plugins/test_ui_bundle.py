@@ -30,7 +30,7 @@ def test_the_bundle_is_committed_and_names_the_plugin_global() -> None:
     assert BUNDLE.stat().st_size < 100_000, "React or Chakra got bundled instead of taken from the host"
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed: the bundle cannot be rebuilt")
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed: cannot rebuild the bundle")
 def test_the_committed_bundle_matches_its_sources(tmp_path: Path) -> None:
     if not (WWW / "node_modules" / ".bin" / "vite").exists():
         pytest.fail(f"run `make ui-install` (npm ci in {WWW}) first")
@@ -62,4 +62,3 @@ def test_the_wheel_ships_the_bundle_and_no_front_end_sources(tmp_path: Path) -> 
     names = zipfile.ZipFile(wheel).namelist()
     assert "airflow_provider_training/plugins/www/dist/main.umd.cjs" in names
     assert not [n for n in names if "node_modules" in n or n.endswith((".ts", ".tsx"))]
-
