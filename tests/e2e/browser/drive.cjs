@@ -30,7 +30,7 @@ async function open(colorScheme) {
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
     headless: true,
     args: FLAGS,
-    viewport: { width: 1400, height: 1000 },
+    viewport: { width: 1400, height: 1500 },
     colorScheme: colorScheme ?? "light",
     locale: "en-US",
     timezoneId: "UTC",
