@@ -77,6 +77,18 @@ describe("the log viewer", () => {
     expect(shownLines()).toEqual(["a", "b", "c", "d"]);
   });
 
+  it("says what went wrong when the stream is refused, and does not ask again", async () => {
+    const network = new Network()
+      .on(JOB, json(runningJob()))
+      .on(LOGS, json(logs(["a"], "c1")))
+      .on(STREAM, json({ detail: "No replica worker-9 in this job." }, 404));
+    render(<TrainingPlugin {...TASK} />);
+
+    await waitFor(() => expect(screen.getByTestId("log-state")).toHaveAttribute("data-state", "error"));
+    expect(screen.getByRole("alert")).toHaveTextContent("No replica worker-9 in this job.");
+    expect(network.to(STREAM)).toHaveLength(1);
+  });
+
   it("a line split across chunks arrives whole", async () => {
     const stream = new FakeStream();
     new Network()

@@ -1,6 +1,6 @@
 import { useEffect, useState } from "react";
 
-import { apiUrl, getJson, openStream, taskQuery } from "../api";
+import { apiUrl, getJson, HttpError, openStream, taskQuery } from "../api";
 import { readEvents } from "../sse";
 import type { LogLine, LogsResponse, TaskInstanceKey } from "../types";
 
@@ -90,9 +90,8 @@ export function useLogFollow(key: TaskInstanceKey, replica: string | null): LogF
           }
         } catch (error) {
           if (signal.aborted) return;
-          if ((error as { status?: number }).status === 401 || (error as { status?: number }).status === 403) {
-            throw error;
-          }
+          // A refusal or a 4xx is the answer; a dropped connection or a 5xx is tried again.
+          if (error instanceof HttpError && error.status < 500) throw error;
         }
         if (signal.aborted) return;
         set("reconnecting");
