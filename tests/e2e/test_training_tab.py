@@ -5,7 +5,8 @@ The job's replicas hold at a localkube gate after their first log line, so the t
 running job (both replicas listed, the line shown, the log stream live) however slow the machine is; the
 test then opens the gate, and the lines written after it must reach the open tab through the stream, and
 the tab must show the job Succeeded and stop refreshing. A user whom Airflow's auth manager refuses the DAG
-is refused by the tab too. Screenshots go to docs/images/training-tab-*.png (shown in docs/ui-tab.md).
+is refused by the tab too. Screenshots (training-tab-*.png) go to a temporary directory, or to
+``$TRAINING_TAB_SCREENSHOTS``: ``TRAINING_TAB_SCREENSHOTS=docs/images`` refreshes those of docs/ui-tab.md.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from tests.e2e.test_airflow_components import wait_deferred
 from tests.e2e.ui_dag_files.e2e_ui import GATE
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGES = ROOT / "docs" / "images"
 PASSWORDS = {"admin": "admin-e2e-password", OUTSIDER: "outsider-e2e-password"}
 RUN_ID = "ui1"
 TAB = f"/dags/{PRIVATE_DAG}/runs/{RUN_ID}/tasks/train/plugin/training"
@@ -54,6 +54,13 @@ def ui_airflow(kube: LocalKube, tmp_path_factory: pytest.TempPathFactory) -> Ite
     folder = Path(__file__).parent / "ui_dag_files"
     with deploy(kube, tmp_path_factory, folder, env=env, login=("admin", PASSWORDS["admin"])) as deployment:
         yield deployment
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: ``$TRAINING_TAB_SCREENSHOTS`` (repository-relative), else a temp dir."""
+    chosen = os.environ.get("TRAINING_TAB_SCREENSHOTS")
+    return ROOT / chosen if chosen else tmp_path_factory.mktemp("training-tab-screenshots")
 
 
 @pytest.fixture
@@ -84,7 +91,9 @@ def job_status_as(airflow: Airflow, user: str) -> int:
         return int(err.code)
 
 
-def test_the_training_tab_follows_a_deferred_pytorchjob(ui_airflow: Airflow, browser: Chromium) -> None:
+def test_the_training_tab_follows_a_deferred_pytorchjob(
+    ui_airflow: Airflow, browser: Chromium, images: Path
+) -> None:
     airflow = ui_airflow
     close_gate(GATE)
     airflow.trigger(PRIVATE_DAG, RUN_ID)
@@ -104,7 +113,7 @@ def test_the_training_tab_follows_a_deferred_pytorchjob(ui_airflow: Airflow, bro
     ]
     browser.wait(testid="log-line", text="e2e-ui-master-0: epoch 1 loss 0.41")
     browser.wait(css="[data-testid=log-state][data-state=live]")
-    browser.screenshot(IMAGES / "training-tab-running.png")
+    browser.screenshot(images / "training-tab-running.png")
 
     open_gate(GATE)
     # Written after the gate opened, so only the open log stream can have brought them to the page.
@@ -122,17 +131,19 @@ def test_the_training_tab_follows_a_deferred_pytorchjob(ui_airflow: Airflow, bro
         lambda: airflow.task_instance(PRIVATE_DAG, RUN_ID, "train")["state"] == "success",
         timeout=60,
     )
-    browser.screenshot(IMAGES / "training-tab-succeeded.png")
+    browser.screenshot(images / "training-tab-succeeded.png")
 
     browser.open(color_scheme="dark")
     browser.login(airflow.base_url, "admin", PASSWORDS["admin"], TAB)
     browser.goto(airflow.base_url + TAB)
     browser.wait(testid="job-state", text="Succeeded")
     browser.wait(testid="log-line", text="e2e-ui-master-0: model saved")
-    browser.screenshot(IMAGES / "training-tab-succeeded-dark.png")
+    browser.screenshot(images / "training-tab-succeeded-dark.png")
 
 
-def test_a_user_refused_the_dag_is_refused_by_the_tab(ui_airflow: Airflow, browser: Chromium) -> None:
+def test_a_user_refused_the_dag_is_refused_by_the_tab(
+    ui_airflow: Airflow, browser: Chromium, images: Path
+) -> None:
     assert job_status_as(ui_airflow, OUTSIDER) == 403
     assert job_status_as(ui_airflow, "admin") not in (401, 403)
 
@@ -141,4 +152,4 @@ def test_a_user_refused_the_dag_is_refused_by_the_tab(ui_airflow: Airflow, brows
     browser.goto(ui_airflow.base_url + TAB)
     message = browser.wait(testid="request-error")
     assert "not allowed to read this DAG's task instances (403 Forbidden)" in message
-    browser.screenshot(IMAGES / "training-tab-forbidden.png")
+    browser.screenshot(images / "training-tab-forbidden.png")
