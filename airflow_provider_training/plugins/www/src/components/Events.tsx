@@ -23,7 +23,9 @@ export function Events({ events, now }: { events: JobEvent[]; now?: number }) {
           <Table.Row key={`${e.object ?? ""}-${e.reason ?? ""}-${e.last_time ?? ""}-${index}`}>
             <Table.Cell color={e.type === "Warning" ? "fg.warning" : undefined}>{e.type}</Table.Cell>
             <Table.Cell>{e.reason ?? ""}</Table.Cell>
-            <Table.Cell fontFamily="mono">{e.object ?? ""}</Table.Cell>
+            <Table.Cell fontFamily="mono" whiteSpace="nowrap">
+              {e.object ?? ""}
+            </Table.Cell>
             <Table.Cell>{e.message ?? ""}</Table.Cell>
             <Table.Cell textAlign="end">{e.count ?? 1}</Table.Cell>
             <Table.Cell textAlign="end">{age(e.last_time, now)}</Table.Cell>

@@ -27,7 +27,9 @@ export function PodTable({ pods, now }: { pods: Pod[]; now?: number }) {
         {pods.map((pod) => (
           <Table.Row key={pod.name} data-testid={`pod-${pod.replica ?? pod.name}`}>
             <Table.Cell>{pod.replica ?? ""}</Table.Cell>
-            <Table.Cell fontFamily="mono">{pod.name}</Table.Cell>
+            <Table.Cell fontFamily="mono" whiteSpace="nowrap">
+              {pod.name}
+            </Table.Cell>
             <Table.Cell color={pod.warning ? "fg.warning" : undefined} title={pod.message ?? undefined}>
               {pod.phase ?? "?"}
               {pod.warning ? ` (${pod.warning})` : ""}
