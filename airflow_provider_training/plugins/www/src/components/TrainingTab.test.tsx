@@ -45,6 +45,20 @@ describe("views", () => {
     });
   });
 
+  it("asks under the UI's base path when Airflow is served behind a prefix", async () => {
+    const base = document.createElement("base");
+    base.href = "/airflow/";
+    document.head.append(base);
+    try {
+      const network = new Network().on("/airflow/training/api/job", json({ view: "not_training", detail: "x" }));
+      renderTab();
+      await screen.findByTestId("view-not_training");
+      expect(network.requests.map((r) => r.path)).toEqual(["/airflow/training/api/job"]);
+    } finally {
+      base.remove();
+    }
+  });
+
   it("a 403 says the user may not read the DAG, and asks no more", async () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
     const network = new Network().on(JOB, json({ detail: "Forbidden" }, 403));
