@@ -140,6 +140,7 @@ def test_the_plain_views(client, run_id):
 
     never = job_view(client, run_id, task_id="never_submitted")
     assert never["view"] == "not_submitted" and never["task"]["state"] == "upstream_failed"
+    assert never["refresh_seconds"] == ui_cluster.REFRESH_SECONDS and other["refresh_seconds"] is None
 
     for unknown in (ti(run_id, task_id="nope"), ti(run_id, try_number=2)):
         assert client.get("/training/api/job", params=unknown).status_code == 404
