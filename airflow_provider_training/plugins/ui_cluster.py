@@ -140,8 +140,8 @@ def describe_failure(err: BaseException, conn_id: str | None) -> str:
         if err.status in (401, 403):
             return (
                 f"The Kubernetes API refused to {asked} ({err.status} {err.reason or 'Forbidden'}) with the "
-                f"credentials of {conn}; it needs get, list and watch on the job, pods, pods/log and events "
-                "(docs/rbac.md)."
+                f"credentials of {conn}; the Training tab needs get on the job and pods/log, and list on "
+                "pods and events (docs/rbac.md)."
             )
         return f"The Kubernetes API could not {asked} ({err.status} {err.reason}) for {conn}."
     if isinstance(err, ClusterError):

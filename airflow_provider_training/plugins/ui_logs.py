@@ -82,6 +82,7 @@ class PodFollow:
 
     def __init__(self, hook: AsyncTrainingJobHook, namespace: str, pod: str, uid: str, container: str):
         self.hook, self.namespace, self.pod, self.uid, self.container = hook, namespace, pod, uid, container
+        self.key = _key(hook, namespace, pod, uid, container)
         # Start a second back: the overlap with a listener's own catch-up read is filtered by its cursor.
         self.cursor = LogCursor([(int(time.time()) - 1) * 1_000_000_000, 0])
         self.listeners: set[_Listener] = set()
@@ -104,11 +105,11 @@ class PodFollow:
         self.listeners.discard(listener)
         if not self.listeners and self.task is not None:
             self.task.cancel()
-            _FOLLOWS.pop(self.key, None)
+            self._forget()
 
-    @property
-    def key(self) -> tuple[Any, ...]:
-        return _key(self.hook, self.namespace, self.pod, self.uid, self.container)
+    def _forget(self) -> None:
+        if _FOLLOWS.get(self.key) is self:
+            del _FOLLOWS[self.key]
 
     async def _run(self) -> None:
         reason = "the log could not be followed"
@@ -118,7 +119,7 @@ class PodFollow:
             reason = f"the log could not be followed: {describe_failure(err, self.hook.kubernetes_conn_id)}"
         finally:
             self.end = reason
-            _FOLLOWS.pop(self.key, None)
+            self._forget()
             for listener in list(self.listeners):
                 listener.end = reason
                 listener.put(None)

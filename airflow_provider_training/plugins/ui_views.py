@@ -16,6 +16,8 @@ from airflow_provider_training.plugins.ui_cluster import REFRESH_SECONDS, Snapsh
 from airflow_provider_training.plugins.ui_records import TaskRecord
 
 MAX_EVENTS = 50
+# Views that change by themselves (the try submits, the cluster comes back): the tab keeps refreshing.
+CHANGING_VIEWS = frozenset({"not_submitted", "cluster_error"})
 
 
 def plain(
@@ -33,7 +35,7 @@ def plain(
         "warnings": [],
         "events": [],
         "log_sources": saved_sources(record, set()),
-        "refresh_seconds": None,
+        "refresh_seconds": REFRESH_SECONDS if view in CHANGING_VIEWS else None,
     }
 
 

@@ -31,6 +31,10 @@ pytestmark = pytest.mark.timeout(300)
 
 DAG_ID = "training_tab"
 GATE = "training-tab-master"
+LINKS = {
+    "kubeflow": "https://kubeflow.example/#/{namespace}/{plural}/{name}",
+    "tensorstack": "https://t9k/{name}",
+}
 AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 
@@ -42,7 +46,9 @@ def run_id(airflow_db: str, cluster: LocalKube) -> Iterator[str]:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    run = module.dag.test()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW__TRAINING__JOB_URL_TEMPLATE", json.dumps(LINKS))
+        run = module.dag.test()
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["train"] == "success" and states["never_submitted"] == "upstream_failed"
     yield run.run_id
@@ -116,6 +122,7 @@ def test_a_running_job(client, run_id):
     assert view["task"] == {"try_number": 1, "state": "success", "operator": "PyTorchJobOperator"}
     assert view["job"]["kind"] == "PyTorchJob" and view["job"]["api_version"] == "kubeflow.org/v1"
     assert view["job"]["namespace"] == "default" and view["job"]["uid"]
+    assert view["job"]["link"] == f"https://kubeflow.example/#/default/pytorchjobs/{view['job']['name']}"
     assert view["status"]["finished"] is False and view["refresh_seconds"] == ui_cluster.REFRESH_SECONDS
     assert any(c["type"] == "Running" and c["status"] == "True" for c in view["status"]["conditions"])
     replicas = {r["type"]: r for r in view["replicas"]}
@@ -133,6 +140,7 @@ def test_the_plain_views(client, run_id):
 
     never = job_view(client, run_id, task_id="never_submitted")
     assert never["view"] == "not_submitted" and never["task"]["state"] == "upstream_failed"
+    assert never["refresh_seconds"] == ui_cluster.REFRESH_SECONDS and other["refresh_seconds"] is None
 
     for unknown in (ti(run_id, task_id="nope"), ti(run_id, try_number=2)):
         assert client.get("/training/api/job", params=unknown).status_code == 404
@@ -323,3 +331,4 @@ def test_no_secret_in_any_response(cluster):
     for body in SEEN:
         assert cluster.token not in body
         assert "unreachable-secret-token" not in body
+        assert "tab-env-secret-5b7f0c" not in body  # the job's env (dag_files/training_tab.py)

@@ -9,6 +9,7 @@ from airflow_provider_training.operators import PyTorchJobOperator
 from airflow_provider_training.testing import scripted_job
 
 GATE = "training-tab-master"
+ENV_SECRET = "tab-env-secret-5b7f0c"
 # The master writes two lines and then runs until a test opens the gate; the worker runs until the job ends.
 SCRIPT = {
     "default": {"duration": None, "logs": ["worker up"]},
@@ -17,7 +18,10 @@ SCRIPT = {
 
 with DAG("training_tab", schedule=None, catchup=False) as dag:
     train = PyTorchJobOperator(
-        task_id="train", job=scripted_job("PyTorchJob", SCRIPT, {"Master": 1, "Worker": 1}), wait_until=None
+        task_id="train",
+        # The env value stands for a credential the tab must never show (tests/plugins/test_ui_api.py).
+        job=scripted_job("PyTorchJob", SCRIPT, {"Master": 1, "Worker": 1}, env={"API_KEY": ENV_SECRET}),
+        wait_until=None,
     )
 
     @task
