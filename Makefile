@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean ui-install ui-test ui-build chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,31 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# The Training tab (airflow_provider_training/plugins/www): node packages from the committed lock file.
+WWW := airflow_provider_training/plugins/www
+UI_STAMP := $(WWW)/node_modules/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+$(UI_STAMP): $(WWW)/package-lock.json
+	cd $(WWW) && npm ci --no-audit --no-fund
+	touch $(UI_STAMP)
+
+ui-install: $(UI_STAMP)
+
+# Type-check and the component tests (vitest).
+ui-test: $(UI_STAMP)
+	cd $(WWW) && npx tsc --noEmit && npx vitest run
+
+# Rebuild the committed bundle dist/main.umd.cjs after changing $(WWW)/src (tests check that they match).
+ui-build: $(UI_STAMP)
+	cd $(WWW) && npm run build
+
+# The browser test (tests/e2e/test_training_tab.py) drives Debian's chromium; the machine image lacks it.
+chromium:
+	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+
+# The tab's vitest tests first (seconds), then pytest (the bundle check and the browser test included).
+test: $(STAMP) ui-test chromium
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -41,6 +41,10 @@ _TERMINAL_PHASES = ("Succeeded", "Failed")
 STEP_SECONDS = 0.02
 PIECE_CHARS = 1 << 16
 REPEAT_MARK = "(may repeat) "  # a line a triggerer killed without notice may have emitted already
+# What :meth:`ReplicaLogStreamer.saved_tails` keeps for the Training tab once pods are gone (bounded: it is
+# saved with the log position every second while lines move).
+SAVED_TAIL_PODS = 16
+SAVED_LINE_CHARS = 500
 
 # The pods followed live on each event loop (one open log stream each, a socket and an API server
 # connection), by every streamer of that loop: what ``max_streams`` counts.
@@ -188,6 +192,11 @@ class _Pod:
     def phase(self) -> str:
         return str((self.pod.get("status") or {}).get("phase") or "")
 
+    @property
+    def label(self) -> str:
+        """The replica as its lines are prefixed: ``master-0``."""
+        return self.prefix.strip()[1:-1]
+
 
 class ReplicaLogStreamer:
     """Streams the logs of a job's chosen replicas to ``emit``, one prefixed line per call.
@@ -256,6 +265,16 @@ class ReplicaLogStreamer:
         """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
         pod = self._pods.get(pod_name)
         return list(pod.tail) if pod is not None and pod.tail is not None else []
+
+    def saved_tails(self) -> dict[str, dict[str, Any]]:
+        """The last lines of the followed pods, bounded for saving (:data:`SAVED_TAIL_PODS` pods,
+        ``tail_lines`` lines each cut at :data:`SAVED_LINE_CHARS` characters):
+        ``{pod: {"replica", "lines"}}``."""
+        return {
+            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail]}
+            for name, pod in list(self._pods.items())[:SAVED_TAIL_PODS]
+            if pod.tail
+        }
 
     @property
     def pod_names(self) -> list[str]:
@@ -369,7 +388,7 @@ class ReplicaLogStreamer:
         replica = self.kind.replica_of_pod(pod)
         if not self._wanted(pod, replica.replica_type):
             return None
-        container = _container_name(pod, self.kind.default_container)
+        container = container_name(pod, self.kind.default_container)
         resumed = self.resume.get(_uid(pod) or name)
         state = _Pod(name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines, resumed)
         known = self._pods.get(name)
@@ -424,8 +443,7 @@ class ReplicaLogStreamer:
         for state in [*self._replaced, *self._pods.values()]:
             if state.has_run and state.unread is not None:
                 why = "the pod was deleted" if state.deleted else state.unread
-                label = state.prefix.strip()[1:-1]
-                self._gaps.append(f"the rest of {label}'s log could not be read: {why}")
+                self._gaps.append(f"the rest of {state.label}'s log could not be read: {why}")
 
     # -- one pod ---------------------------------------------------------------------------------------------
 
@@ -579,6 +597,7 @@ def _uid(pod: Mapping[str, Any]) -> str | None:
     return (pod.get("metadata") or {}).get("uid")
 
 
-def _container_name(pod: Mapping[str, Any], default: str) -> str:
+def container_name(pod: Mapping[str, Any], default: str) -> str:
+    """The container whose log is read: the kind's default container, else the pod's first."""
     names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
     return default if default in names or not names else str(names[0])

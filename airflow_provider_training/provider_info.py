@@ -61,8 +61,10 @@ PROVIDER_INFO: dict[str, Any] = {
             "options": {
                 "job_url_template": {
                     "description": "URL of a job's page for the 'Training Job' link, with the fields "
-                    "{namespace}, {name}, {kind}, {plural} and {uid}. The connection extra "
-                    "training_job_url_template overrides it. Empty: no link.",
+                    "{namespace}, {name}, {kind}, {plural} and {uid}: one template for every kind, or a "
+                    "JSON object of templates by kind, family (kubeflow, mxnet-legacy, paddle-edl, "
+                    "tensorstack) and 'default'. The connection extra training_job_url_template is asked "
+                    "first. Empty: no link.",
                     "version_added": "0.1.0",
                     "type": "string",
                     "example": "https://kubeflow.example.com/_/training/#/{namespace}/{plural}/{name}",

@@ -59,6 +59,7 @@ class JobSubmitter:
         self.kubernetes_conn_id = kubernetes_conn_id
         self.action = action_if_job_exists
         self.log = log or logging.getLogger(__name__)
+        self.try_number: int | None = None  # the submitting try, recorded with the job (submit sets it)
 
     def hook(self) -> TrainingJobHook:
         from airflow_provider_training.hooks.training import TrainingJobHook
@@ -113,6 +114,7 @@ class JobSubmitter:
     def submit(self, kind: JobKind, body: dict[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
         """Reattach to, replace or create the job (see the module docstring); returns the live object."""
         identity = naming.TaskIdentity.from_context(context)
+        self.try_number = identity.try_number
         store = context["task_state_store"]
         with self.hook() as hook:
             meta = body["metadata"]
@@ -200,10 +202,10 @@ class JobSubmitter:
                     _creator(job),
                     identity.try_number,
                 )
-                _remember(store, self.reference(kind, job))
+                self._remember(store, self.reference(kind, job))
                 return job
             if not cleared and self._reuses(hook, kind, job):
-                _remember(store, self.reference(kind, job))
+                self._remember(store, self.reference(kind, job))
                 return job
             if hook.delete_job(kind, job["metadata"]["name"], job["metadata"]["namespace"], uid=decided):
                 self._wait_gone(hook, kind, job, True)
@@ -261,9 +263,16 @@ class JobSubmitter:
     ) -> dict[str, Any]:
         job = hook.create_job(kind, body, body["metadata"]["namespace"])
         ref = self.reference(kind, job)
-        _remember(store, ref)
+        self._remember(store, ref)
         self.log.info("Created %s %s/%s (uid %s)", kind.kind, ref["namespace"], ref["name"], ref["uid"])
         return job
+
+    def _remember(self, store: Any, ref: Mapping[str, Any]) -> None:
+        """Persist the job identity for the next try, with the connection and the try that stored it (what
+        the Training tab of the Airflow UI reads, as the serialized DAG keeps neither)."""
+        store.set(
+            STATE_KEY, {**ref, "kubernetes_conn_id": self.kubernetes_conn_id, "try_number": self.try_number}
+        )
 
     @staticmethod
     def reference(kind: JobKind, job: Mapping[str, Any]) -> dict[str, Any]:
@@ -347,8 +356,3 @@ def stored_reference(context: Mapping[str, Any]) -> dict[str, Any] | None:
     """The job identity this task instance's latest try stored after its create, if any."""
     stored = context["task_state_store"].get(STATE_KEY)
     return dict(stored) if isinstance(stored, Mapping) else None
-
-
-def _remember(store: Any, ref: Mapping[str, Any]) -> None:
-    """Persist the job identity for the next try."""
-    store.set(STATE_KEY, dict(ref))

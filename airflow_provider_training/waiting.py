@@ -259,7 +259,11 @@ class JobWaiter:
         if seen != self._last_seen:
             self._last_seen = seen
             why = f" ({status.reason}: {status.message})" if status.reason or status.message else ""
-            self.log.info("%s is %s%s\n%s", self.label, status.state.value, why, diag.replica_table(status))
+            # A group in Airflow's log view: the state change is its header, standing out from the replica
+            # lines around it; the replica table is inside, one click away.
+            self.log.info("::group::%s is %s%s", self.label, status.state.value, why)
+            self.log.info("%s", diag.replica_table(status))
+            self.log.info("::endgroup::")
         if status.state in (JobState.RUNNING, JobState.RESTARTING, JobState.SUCCEEDED, JobState.FAILED):
             self._started = True
         if status.state == JobState.FAILED:

@@ -15,11 +15,18 @@ HEAVY = (
     "airflow_provider_training.specs",
     "airflow_provider_training.hooks.training",
     "airflow_provider_training.watch",
+    "airflow_provider_training.plugins.ui_api",  # the Training tab's app: the api-server builds it lazily
+    "fastapi",
 )
 
 
 @pytest.mark.parametrize(
-    "module", ["airflow_provider_training.operators", "airflow_provider_training.sensors"]
+    "module",
+    [
+        "airflow_provider_training.operators",
+        "airflow_provider_training.sensors",
+        "airflow_provider_training.plugins",  # every Airflow component loads the plugin
+    ],
 )
 def test_parse_time_imports_load_no_client(module):
     code = (

@@ -4,7 +4,8 @@ A trigger's streamer keeps a cursor per pod (:class:`~airflow_provider_training.
 :class:`LogPosition` saves those cursors under the XCom key ``training_log_position`` of the trigger's own
 task instance, through the Task SDK comms the triggerer gives triggers (``XCom.aset`` / ``XCom.aget_one``),
 so the trigger instance a restarted (or another) triggerer starts goes on after the last line instead of
-from the start.
+from the start. The pods' last lines (bounded: ``ReplicaLogStreamer.saved_tails``) are saved with them, for
+the Training tab of the Airflow UI once the pods are gone (``docs/ui-tab.md``).
 
 Saving is debounced: at most one write every :data:`SAVE_SECONDS`, in a task of its own (the event loop is
 never blocked), and one last write when the trigger ends, is cancelled or its triggerer shuts down. A
@@ -26,6 +27,7 @@ from typing import Any
 from airflow_provider_training.logs import stamp_text
 
 XCOM_KEY = "training_log_position"
+Tails = Callable[[], dict[str, Any] | None]
 SAVE_SECONDS = 1.0
 # A new triggerer's first request starts its in-process execution API: tens of seconds on a busy machine.
 LOAD_TIMEOUT = 300.0  # streaming from the start instead would repeat every line
@@ -78,29 +80,32 @@ class LogPosition:
         )
         return saved["cursors"], until
 
-    async def keep(self, cursors: Callable[[], dict[str, Any] | None]) -> None:
-        """Save every :data:`SAVE_SECONDS` while the cursors move, one tick behind; runs until cancelled."""
+    async def keep(self, cursors: Callable[[], dict[str, Any] | None], tails: Tails = dict) -> None:
+        """Save every :data:`SAVE_SECONDS` while the cursors move, one tick behind; runs until cancelled.
+        ``tails``: the pods' last lines, saved alongside (what the Training tab shows once pods are gone)."""
         previous = cursors()
         while True:
             await asyncio.sleep(SAVE_SECONDS)
             current = cursors()
             if previous is not None and (previous != current or not self._is_saved(previous, final=False)):
-                await self._save(previous, final=False)
+                await self._save(previous, final=False, tails=tails())
             previous = current
 
-    async def save_final(self, cursors: dict[str, Any] | None) -> None:
+    async def save_final(self, cursors: dict[str, Any] | None, tails: dict[str, Any] | None = None) -> None:
         """The last write: every line counted has been emitted (the trigger ended or was cancelled)."""
         if cursors is not None and not self._is_saved(cursors, final=True):
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._save(cursors, final=True), FINAL_SAVE_TIMEOUT)
+                await asyncio.wait_for(self._save(cursors, final=True, tails=tails), FINAL_SAVE_TIMEOUT)
 
     def _is_saved(self, cursors: dict[str, Any], *, final: bool) -> bool:
         return self._saved == {"cursors": cursors, "final": final}
 
-    async def _save(self, cursors: dict[str, Any], *, final: bool) -> None:
+    async def _save(
+        self, cursors: dict[str, Any], *, final: bool, tails: dict[str, Any] | None = None
+    ) -> None:
         from airflow.sdk.execution_time.xcom import XCom
 
-        value = {"cursors": cursors, "final": final, "saved_at": time.time_ns()}
+        value = {"cursors": cursors, "final": final, "saved_at": time.time_ns(), "tails": tails or {}}
         try:
             await asyncio.wait_for(XCom.aset(key=XCOM_KEY, value=value, **self._where()), SAVE_TIMEOUT)
         except Exception as err:

@@ -201,7 +201,10 @@ class TrainingJobTrigger(BaseTrigger):
         def cursors() -> dict[str, Any] | None:
             return waiter.streamer.cursors() if waiter.streamer is not None else None
 
-        saver = asyncio.create_task(position.keep(cursors)) if position is not None else None
+        def tails() -> dict[str, Any] | None:
+            return waiter.streamer.saved_tails() if waiter.streamer is not None else None
+
+        saver = asyncio.create_task(position.keep(cursors, tails)) if position is not None else None
         try:
             event = await waiter.wait()
             if self._ends_task(event):
@@ -211,7 +214,7 @@ class TrainingJobTrigger(BaseTrigger):
             if saver is not None and position is not None:
                 saver.cancel()
                 await asyncio.gather(saver, return_exceptions=True)
-                await position.save_final(cursors())
+                await position.save_final(cursors(), tails())
             await hook.close()
         yield TriggerEvent(event)
 

@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,17 +98,19 @@ class Airflow:
     base_url: str
     env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    login: tuple[str, str] | None = None  # (user, password) for the REST API when not everyone is admin
+    token: str | None = None  # the login's JWT, fetched on the first request
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """Call the REST API. A 5xx answer (the api-server's SQLite busy on a loaded machine) is asked again
         twice, as a user clicks again; the last one fails with the api-server's traceback."""
         data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.login is not None:
+            headers["Authorization"] = f"Bearer {self.bearer_token()}"
         for attempt in range(REQUEST_ATTEMPTS):
             req = urllib.request.Request(
-                f"{self.base_url}/api/v2{path}",
-                data=data,
-                method=method,
-                headers={"Content-Type": "application/json", "Accept": "application/json"},
+                f"{self.base_url}/api/v2{path}", data=data, method=method, headers=headers
             )
             try:
                 with urllib.request.urlopen(req, timeout=10) as resp:
@@ -122,6 +124,22 @@ class Airflow:
                     raise AssertionError(f"{method} {path}: HTTP {err.code}\n{tail}") from err
                 time.sleep(1.0)
         raise AssertionError("unreachable")
+
+    def bearer_token(self) -> str:
+        """The JWT of ``login`` from SimpleAuthManager's ``POST /auth/token`` (fetched once)."""
+        if self.token is None:
+            assert self.login is not None
+            user, password = self.login
+            body = json.dumps({"username": user, "password": password}).encode()
+            req = urllib.request.Request(
+                f"{self.base_url}/auth/token",
+                data=body,
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                self.token = str(json.loads(resp.read())["access_token"])
+        return self.token
 
     def trigger(self, dag_id: str, run_id: str) -> None:
         self.request("POST", f"/dags/{dag_id}/dagRuns", {"dag_run_id": run_id, "logical_date": None})
@@ -266,22 +284,29 @@ def deploy(
     tmp_path_factory: pytest.TempPathFactory,
     dag_folder: Path,
     start_timeout: float = START_TIMEOUT,
+    env: Mapping[str, str] | None = None,
+    login: tuple[str, str] | None = None,
 ) -> Iterator[Airflow]:
     """The deployment of the ``airflow`` fixture, with a copy of ``dag_folder`` as its DAGs folder (more files
-    take longer to parse: ``start_timeout``)."""
+    take longer to parse: ``start_timeout``); ``env`` overrides settings, and ``login`` is the user the REST
+    calls log in as (needed once ``env`` turns off ``simple_auth_manager_all_admins``)."""
     home = tmp_path_factory.mktemp("e2e-airflow")
     shutil.copytree(dag_folder, home / "dags", ignore=shutil.ignore_patterns("__pycache__"))
     api_port = free_port()
     assert kube.kubeconfig is not None
-    env = airflow_env(home, api_port, Path(kube.kubeconfig))
+    settings = {**airflow_env(home, api_port, Path(kube.kubeconfig)), **(env or {})}
     migrate = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, cwd=home, capture_output=True, text=True
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=settings,
+        cwd=home,
+        capture_output=True,
+        text=True,
     )
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
     with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
         db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers no longer block the writers
 
-    deployment = Airflow(home, f"http://127.0.0.1:{api_port}", env)
+    deployment = Airflow(home, f"http://127.0.0.1:{api_port}", settings, login=login)
     try:
         for name in COMPONENTS:
             deployment.start(name)

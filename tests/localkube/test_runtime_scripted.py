@@ -363,6 +363,20 @@ def test_a_gated_container_runs_until_its_gate_opens(kc: KubeClient) -> None:
     assert pod.status.container_statuses[0].state.terminated.exit_code == 0
 
 
+def test_after_gate_lines_are_written_once_the_gate_opens(kc: KubeClient) -> None:
+    close_gate("after-gate")
+    step = {"duration": 0, "logs": ["before"], "gate": "after-gate", "after_gate": ["{pod} after"]}
+    script = {"default": step}
+    kc.core.create_namespaced_pod("default", bare_pod("after", script))
+    kc.wait_pod("after", lambda p: p.status.phase == "Running")
+    kc.wait_until(lambda: kc.log("after") == "before\n", "the line before the gate")
+    assert kc.core.read_namespaced_pod("after", "default").status.phase == "Running"
+
+    open_gate("after-gate")
+    kc.wait_pod("after", lambda p: p.status.phase == "Succeeded")
+    assert kc.log("after") == "before\nafter after\n"
+
+
 def test_a_gate_opened_before_the_container_reaches_it_is_passed(kc: KubeClient) -> None:
     open_gate("open-early")
     kc.core.create_namespaced_pod(

@@ -362,7 +362,9 @@ def test_state_store_records_the_job(cluster):
     context = make_context(store=StateStore())
     result = run_operator(pytorch(), context, "sync")
     stored = context["task_state_store"].get(STATE_KEY)
-    assert stored == {k: result[k] for k in ("name", "namespace", "uid", "kind", "api_version")}
+    identity = {k: result[k] for k in ("name", "namespace", "uid", "kind", "api_version")}
+    # the connection and the try too, for the Training tab of the UI (docs/ui-tab.md)
+    assert stored == {**identity, "kubernetes_conn_id": "kubernetes_default", "try_number": 1}
 
 
 @pytest.mark.parametrize("source", ["dict", "YAML text", "YAML file", "pydantic model"])

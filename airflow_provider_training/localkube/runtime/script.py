@@ -16,7 +16,7 @@ docs/localkube-runtimes.md for every field.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ _FIELDS = {
     "attempts": (list,),
     "containers": (dict,),
     "gate": (str, type(None)),
+    "after_gate": (list,),
 }
 DEFAULT_STEP: dict[str, Any] = {
     "duration": 0.2,
@@ -50,6 +51,7 @@ DEFAULT_STEP: dict[str, Any] = {
     "start_delay": 0.02,
     "backoff": 0.05,
     "gate": None,
+    "after_gate": [],
 }
 
 _registry: dict[tuple[str, str], dict] = {}
@@ -73,15 +75,17 @@ class Step:
     start_delay: float  # time in ContainerCreating
     backoff: float  # first CrashLoopBackOff delay (doubles per restart)
     gate: str | None = None  # after its logs, the container does not exit until this gate is opened
+    after_gate: tuple[str, ...] = ()  # lines written once the gate opens, before the container exits
 
-    def render_logs(self, values: Mapping[str, str]) -> list[str]:
-        """The log lines with `{pod}`, `{container}`, `{namespace}`, `{type}`, `{index}`, `{attempt}` set."""
-        lines = []
-        for line in self.logs:
+    def render_logs(self, values: Mapping[str, str], lines: Sequence[str] | None = None) -> list[str]:
+        """The log lines (`lines`, else `logs`) with `{pod}`, `{container}`, `{namespace}`, `{type}`,
+        `{index}`, `{attempt}` set."""
+        rendered = []
+        for line in self.logs if lines is None else lines:
             for key, value in values.items():
                 line = line.replace("{" + key + "}", value)
-            lines.append(line)
-        return lines
+            rendered.append(line)
+        return rendered
 
 
 def register_script(job: str, script: Mapping[str, Any] | str, namespace: str = "default") -> None:
@@ -166,4 +170,5 @@ def resolve_step(
         start_delay=float(merged["start_delay"]),
         backoff=float(merged["backoff"]),
         gate=merged["gate"],
+        after_gate=tuple(str(line) for line in merged["after_gate"]),
     )

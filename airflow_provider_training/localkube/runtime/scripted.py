@@ -49,6 +49,8 @@ class _ScriptedRun:
             await asyncio.sleep(interval)
         if self.step.gate is not None:
             await gate(self.step.gate).wait(f"pod {self.inst.name} container {self.container}")
+            for line in self.step.render_logs(self.values, self.step.after_gate):
+                self.runtime.write_log(self.inst, self.container, line)
         if self.step.duration is None:
             await asyncio.Event().wait()  # until the pod is deleted
         elif not lines:
