@@ -322,6 +322,19 @@ def _delete_job(cluster: LocalKube, name: str) -> None:
     cluster.store.delete(rt, "default", name)
 
 
+def test_the_ui_lists_the_tab(client):
+    """What the UI reads to add the tab: the react app on the task instance page, and the mounted app."""
+    plugin = next(p for p in client.get("/api/v2/plugins").json()["plugins"] if p["name"] == "training")
+    (app,) = plugin["react_apps"]
+    assert {k: app[k] for k in ("name", "bundle_url", "destination", "url_route")} == {
+        "name": "Training",
+        "bundle_url": "/training/static/main.umd.cjs",
+        "destination": "task_instance",
+        "url_route": "training",
+    }
+    assert [app["url_prefix"] for app in plugin["fastapi_apps"]] == ["/training"]
+
+
 def test_the_bundle(client, tmp_path, monkeypatch):
     monkeypatch.setattr(ui_api, "BUNDLE", tmp_path / "main.umd.cjs")
     assert client.get("/training/static/main.umd.cjs").status_code == 404
