@@ -154,11 +154,13 @@ def test_a_refused_read_names_the_verb_and_resource(client, run_id, cluster):
     rule = cluster.faults.add(FaultRule(action="status", code=403, resource="pytorchjobs", count=None))
     try:
         view = job_view(client, run_id)
+        logs = client.get("/training/api/logs", params=ti(run_id, replica="master-0"))
     finally:
         cluster.faults.clear()
     assert rule.hits >= 1
     assert view["view"] == "cluster_error"
     assert "refused to get pytorchjobs.kubeflow.org default/" in view["detail"]
+    assert logs.status_code == 502 and logs.json()["detail"] == view["detail"]
     assert "403" in view["detail"] and view["job"]["kind"] == "PyTorchJob"
 
 
