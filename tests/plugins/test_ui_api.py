@@ -67,7 +67,9 @@ def server(run_id: str) -> Iterator[str]:
         mp.setattr(ui_cluster.SNAPSHOTS, "ttl", 0.0)  # tests see each change at once; one test sets it back
         purge_cached_app()
         app = create_app(apps="core")
-        uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        # loop="asyncio": "auto" would install uvloop as the process-wide policy, outliving this module
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", loop="asyncio")
+        uv = uvicorn.Server(config)
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         wait_for(lambda: uv.started)
