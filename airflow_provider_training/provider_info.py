@@ -2,6 +2,10 @@
 
 No ``connection-types``: the provider uses the cncf.kubernetes ``kubernetes`` connection type, which that
 provider registers; registering it twice would make two hooks claim one type.
+
+No ``plugins``: the plugin is the ``airflow.plugins`` entry point, which every component loads; a second
+registration here is refused as a duplicate (a plugin import error) where providers load eagerly
+(docs/design.md).
 """
 
 from __future__ import annotations

@@ -15,7 +15,14 @@ from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.logs import LogCursor, ReplicaLogStreamer, split_stamp, stamp_key, stamp_text
+from airflow_provider_training.logs import (
+    SAVED_LINE_CHARS,
+    LogCursor,
+    ReplicaLogStreamer,
+    split_stamp,
+    stamp_key,
+    stamp_text,
+)
 from airflow_provider_training.watch import WatchHub
 from tests.hooks.family_objects import (
     create_edl_children,
@@ -242,6 +249,18 @@ async def test_tail_keeps_the_last_lines_per_pod(env):
     await run.stop()
     assert run.streamer.tail(master) == ["line 7", "line 8", "line 9"]
     assert run.streamer.tail("unknown-pod") == []
+
+
+async def test_saved_tails_are_bounded_for_the_training_tab(env):
+    """What the trigger saves with its log position, for the Training tab once the pods are gone."""
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "\n".join(["early", "x" * 600, "line 1", "line 2"]))
+    run = Streaming(hook, tail_lines=3)
+    await run.wait_for(4)
+    await run.stop()
+    lines = ["x" * SAVED_LINE_CHARS, "line 1", "line 2"]
+    assert run.streamer.saved_tails() == {master: {"replica": "master-0", "lines": lines}}
 
 
 async def test_stop_flushes_what_was_written_last(env):

@@ -130,8 +130,9 @@ def create_app() -> FastAPI:
     @app.get("/api/job", dependencies=readable)
     async def job(query: Task) -> dict[str, Any]:
         found = await locate(query)
-        if found.plain is not None or found.kind is None or found.snapshot is None:
-            return found.plain or {}
+        if found.plain is not None:
+            return found.plain
+        assert found.kind is not None and found.snapshot is not None
         return ui_views.job_view(found.record, found.kind, found.snapshot, found.record.link)
 
     @app.get("/api/logs", dependencies=readable)
@@ -141,7 +142,7 @@ def create_app() -> FastAPI:
         found = await locate(query)
         pod = found.pod(replica)
         if pod is None or found.kind is None:
-            return saved_lines(found.record, replica)
+            return saved_lines(found, replica)
         conn_id = found.record.conn_id
         try:
             text = await HOOKS.get(conn_id).read_log(
@@ -153,7 +154,7 @@ def create_app() -> FastAPI:
             )
         except KubeApiError as err:
             if err.status == 404:
-                return saved_lines(found.record, replica)
+                return saved_lines(found, replica)
             if err.status != 400:  # 400: the container has not started, so no lines yet
                 raise HTTPException(502, describe_failure(err, conn_id)) from None
             text = ""
@@ -200,12 +201,14 @@ def create_app() -> FastAPI:
     return app
 
 
-def saved_lines(record: TaskRecord, replica: str) -> dict[str, Any]:
-    """The last lines the trigger saved for ``replica`` (its pod is gone), or 404 when there are none."""
-    saved = next(
-        (s for s in record.saved_tails.values() if isinstance(s, dict) and s.get("replica") == replica), None
-    )
+def saved_lines(found: Found, replica: str) -> dict[str, Any]:
+    """The last lines the trigger saved for ``replica`` (its pod is gone or cannot be read); else 404, or 502
+    when the cluster cannot be read."""
+    tails = found.record.saved_tails.values()
+    saved = next((s for s in tails if isinstance(s, dict) and s.get("replica") == replica), None)
     if saved is None:
+        if found.plain is not None and found.plain["view"] == "cluster_error":
+            raise HTTPException(502, found.plain["detail"])
         raise HTTPException(404, f"No pod of replica {replica} and no saved lines of it for this try.")
     lines = [{"time": None, "text": str(text)} for text in saved.get("lines") or []]
     return {"lines": lines, "cursor": None, "source": "saved", "finished": True}

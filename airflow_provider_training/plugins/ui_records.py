@@ -67,7 +67,7 @@ def read_task(dag_id: str, run_id: str, task_id: str, map_index: int, try_number
             if old is None:
                 raise TaskNotFound(f"task instance {dag_id}/{run_id}/{task_id} has no try {number}")
             state = old.state
-        dag = DBDagBag().get_dag_for_run(ti.dag_run, session=session)
+        dag = _dag_bag(DBDagBag).get_dag_for_run(ti.dag_run, session=session)
         task = dag.task_dict.get(task_id) if dag is not None else None
         ref = _stored(session, ti.dag_run.id, task_id, map_index)
         position = _xcom(session, where, XCOM_KEY) if number == ti.try_number else None
@@ -82,6 +82,16 @@ def read_task(dag_id: str, run_id: str, task_id: str, map_index: int, try_number
             saved_tails=tails if isinstance(tails, dict) else {},
             link=(format_link(link_data) or None) if isinstance(link_data, dict) else None,
         )
+
+
+_DAG_BAGS: list[Any] = []
+
+
+def _dag_bag(cls: type[Any]) -> Any:
+    """One ``DBDagBag`` for the process: it caches deserialized DAGs by version, as the api-server's own."""
+    if not _DAG_BAGS:
+        _DAG_BAGS.append(cls())
+    return _DAG_BAGS[0]
 
 
 def _stored(session: Any, dag_run_id: int, task_id: str, map_index: int) -> dict[str, Any] | None:

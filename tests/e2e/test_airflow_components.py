@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -137,3 +138,35 @@ def test_marking_a_deferred_task_failed_keeps_its_job_with_on_kill_action_keep(
     assert "Keeping PyTorchJob default/e2e-kill-keep (on_kill_action='keep')" in events
     job = pytorch_job(kube, "e2e-kill-keep")
     assert job is not None and job["metadata"].get("deletionTimestamp") is None
+
+
+def test_the_training_tab_shows_the_finished_job_and_the_lines_its_trigger_saved(
+    airflow: Airflow, kube: LocalKube
+) -> None:
+    """After the first test's run: the api-server's Training tab (docs/ui-tab.md) shows the job, reads the
+    replica logs from the pods, and once the pods are gone the last lines the real trigger saved.
+
+    Last in the module on purpose: the tab loads the Kubernetes client in the api-server, which makes its kill
+    listener's delete fast enough to beat the triggerer's on_kill in the tests above (both delete the job;
+    those tests assert that on_kill ran)."""
+    from airflow_provider_training.localkube.resources import PODS
+
+    params = "dag_id=e2e_train&run_id=run1&task_id=train"
+
+    def tab(path: str, extra: str = "") -> dict[str, Any]:
+        with urllib.request.urlopen(
+            f"{airflow.base_url}/training/api/{path}?{params}{extra}", timeout=30
+        ) as r:
+            return json.loads(r.read())
+
+    view = tab("job")
+    assert view["view"] == "job" and view["status"]["state"] == "Succeeded" and view["status"]["finished"]
+    live = tab("logs", "&replica=master-0")
+    assert live["source"] == "pod" and "model saved" in [line["text"] for line in live["lines"]]
+
+    for pod in kube.store.list(PODS, "default"):
+        if pod["metadata"]["name"].startswith("e2e-train-"):
+            kube.call(kube.store.delete, PODS, "default", pod["metadata"]["name"])
+    airflow.wait("the tab to see the pods gone", lambda: not tab("job")["pods"], timeout=30)
+    saved = tab("logs", "&replica=master-0")
+    assert saved["source"] == "saved" and saved["lines"][-1] == {"time": None, "text": "model saved"}

@@ -67,7 +67,9 @@ def server(run_id: str) -> Iterator[str]:
         mp.setattr(ui_cluster.SNAPSHOTS, "ttl", 0.0)  # tests see each change at once; one test sets it back
         purge_cached_app()
         app = create_app(apps="core")
-        uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        # loop="asyncio": "auto" would install uvloop as the process-wide policy, outliving this module
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", loop="asyncio")
+        uv = uvicorn.Server(config)
         thread = threading.Thread(target=uv.run, daemon=True)
         thread.start()
         wait_for(lambda: uv.started)
@@ -115,8 +117,12 @@ def job_view(client: httpx.Client, run_id: str, **more: Any) -> dict[str, Any]:
     return resp.json()
 
 
-def test_a_running_job(client, run_id):
+def test_a_running_job(client, run_id, cluster):
     view = wait_for(lambda: (v := job_view(client, run_id))["status"]["state"] == "Running" and v)
+    job = cluster.store.get(
+        cluster.store.resource_type("kubeflow.org", "v1", "pytorchjobs"), "default", view["job"]["name"]
+    )
+    assert "tab-env-secret-5b7f0c" in json.dumps(job)  # a value the tab must never show is there to leak
 
     assert view["view"] == "job"
     assert view["task"] == {"try_number": 1, "state": "success", "operator": "PyTorchJobOperator"}
@@ -150,11 +156,13 @@ def test_a_refused_read_names_the_verb_and_resource(client, run_id, cluster):
     rule = cluster.faults.add(FaultRule(action="status", code=403, resource="pytorchjobs", count=None))
     try:
         view = job_view(client, run_id)
+        logs = client.get("/training/api/logs", params=ti(run_id, replica="master-0"))
     finally:
         cluster.faults.clear()
     assert rule.hits >= 1
     assert view["view"] == "cluster_error"
     assert "refused to get pytorchjobs.kubeflow.org default/" in view["detail"]
+    assert logs.status_code == 502 and logs.json()["detail"] == view["detail"]
     assert "403" in view["detail"] and view["job"]["kind"] == "PyTorchJob"
 
 
@@ -318,6 +326,19 @@ def _delete_job(cluster: LocalKube, name: str) -> None:
     cluster.store.delete(rt, "default", name)
 
 
+def test_the_ui_lists_the_tab(client):
+    """What the UI reads to add the tab: the react app on the task instance page, and the mounted app."""
+    plugin = next(p for p in client.get("/api/v2/plugins").json()["plugins"] if p["name"] == "training")
+    (app,) = plugin["react_apps"]
+    assert {k: app[k] for k in ("name", "bundle_url", "destination", "url_route")} == {
+        "name": "Training",
+        "bundle_url": "/training/static/main.umd.cjs",
+        "destination": "task_instance",
+        "url_route": "training",
+    }
+    assert [app["url_prefix"] for app in plugin["fastapi_apps"]] == ["/training"]
+
+
 def test_the_bundle(client, tmp_path, monkeypatch):
     monkeypatch.setattr(ui_api, "BUNDLE", tmp_path / "main.umd.cjs")
     assert client.get("/training/static/main.umd.cjs").status_code == 404
@@ -327,7 +348,10 @@ def test_the_bundle(client, tmp_path, monkeypatch):
 
 
 def test_no_secret_in_any_response(cluster):
-    assert len(SEEN) > 20
+    """As tests/test_no_secrets.py: the secrets were there to leak (the connection's token, the job's env in
+    the cluster: test_a_running_job checks it, an unreachable connection's token), and the capture saw the
+    responses."""
+    assert len(SEEN) > 20 and any('"view": "job"' in body or '"view":"job"' in body for body in SEEN)
     for body in SEEN:
         assert cluster.token not in body
         assert "unreachable-secret-token" not in body
