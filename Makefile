@@ -36,7 +36,7 @@ ui-build: $(UI_STAMP)
 
 # The browser test (tests/e2e/test_training_tab.py) drives Debian's chromium; the machine image lacks it.
 chromium:
-	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
 # The tab's vitest tests first (seconds), then pytest (the bundle check and the browser test included).
 test: $(STAMP) ui-test chromium
