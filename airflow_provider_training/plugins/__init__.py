@@ -2,8 +2,8 @@
 component loads.
 
 Kept cheap to import: components load plugins at start-up, workers and the dag-processor included. The
-Training tab's FastAPI app (:mod:`.ui_api`, which imports FastAPI, Airflow's API security and the Kubernetes
-client) is built by :class:`LazyApp` on the api-server's first request to ``/training``, never elsewhere.
+Training tab's FastAPI app (:mod:`.ui_api`, which imports FastAPI, Airflow's API security and the provider's
+hook) is built by :class:`LazyApp` on the api-server's first request to ``/training``, never elsewhere.
 """
 
 from __future__ import annotations

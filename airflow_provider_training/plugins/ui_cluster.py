@@ -2,7 +2,7 @@
 
 A :class:`Snapshot` is what one refresh of the tab needs from the Kubernetes API: the job, its status (the
 kind's ``read_status``, with its status children where the kind needs them), its replica pods and the events
-of the namespace (filtered by ``involvedObject.uid`` afterwards). :class:`SnapshotCache` keeps each job's
+of each of them (field-selected by name, kind and uid). :class:`SnapshotCache` keeps each job's
 snapshot for :data:`REFRESH_SECONDS` in this api-server process, and viewers asking while one is being read
 wait for that read: however many tabs are open on a job, it costs one snapshot per period (the figure is in
 ``docs/ui-tab.md``). A failed read is kept as long, so an unreachable cluster is not asked any harder.
@@ -24,7 +24,7 @@ from typing import Any
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.kinds.base import EVENTS, JobKind, JobStatus, RawObject
+from airflow_provider_training.kinds.base import JobKind, JobStatus, RawObject
 
 REFRESH_SECONDS = 5.0
 HOOK_MAX_AGE = 300.0
@@ -106,7 +106,7 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 async def read_snapshot(
     hook: AsyncTrainingJobHook, kind: JobKind, name: str, namespace: str, uid: str | None
 ) -> Snapshot:
-    """The job, its status, pods and events, in three to five requests; raises :class:`ClusterError`."""
+    """The job, its status, pods and their events (one request per object); raises :class:`ClusterError`."""
     from airflow_provider_training.operators.training import status_grace_period
 
     try:
@@ -114,17 +114,23 @@ async def read_snapshot(
         if job is None or (uid and _uid(job) != uid):
             return Snapshot(job=None)
         needs_children = any(child.needed_for_status for child in kind.children)
-        children, pods, listed = await asyncio.gather(
+        children, pods = await asyncio.gather(
             hook.list_children(kind, name, namespace) if needs_children else _nothing(),
             hook.list_job_pods(kind, name, namespace),
-            hook.list_objects(EVENTS, namespace),
+        )
+        # Each object's own events (field selectors on name, kind and uid), as the waiter reads them: a
+        # shared namespace's every event is not pulled into the api-server on each refresh.
+        involved = [job, *pods, *(c for items in children.values() for c in items)]
+        listed = await asyncio.gather(
+            *(
+                hook.list_events(namespace, obj["metadata"]["name"], obj.get("kind"), uid=_uid(obj))
+                for obj in involved
+            )
         )
     except Exception as err:
         raise ClusterError(describe_failure(err, hook.kubernetes_conn_id)) from err
     status = kind.status(job, children, grace_seconds=status_grace_period())
-    uids = {_uid(obj) for obj in [job, *pods, *(c for items in children.values() for c in items)]}
-    events = [e for e in listed.get("items") or [] if (e.get("involvedObject") or {}).get("uid") in uids]
-    return Snapshot(job=job, status=status, pods=pods, events=events)
+    return Snapshot(job=job, status=status, pods=pods, events=[e for events in listed for e in events])
 
 
 async def _nothing() -> dict[str, list[RawObject]]:
