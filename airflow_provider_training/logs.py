@@ -27,7 +27,7 @@ from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
 from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
-from airflow_provider_training.localkube.selectors import labels_match, parse_label_selector
+from airflow_provider_training.kinds.selectors import parse_selector, selects
 from airflow_provider_training.watch import DELETED, WatchHub
 
 log = logging.getLogger(__name__)
@@ -294,7 +294,7 @@ class ReplicaLogStreamer:
 
     def _wanted(self, pod: dict[str, Any], replica_type: str) -> bool:
         if self.replicas == "master":  # the subscription selects these, unless narrowed to them later
-            return labels_match(parse_label_selector(self.kind.master_selector(self.job_name)), pod)
+            return selects(parse_selector(self.kind.master_selector(self.job_name)), pod)
         if isinstance(self.replicas, str):
             return True
         return replica_type.lower() in {r.lower() for r in self.replicas}

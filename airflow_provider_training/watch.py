@@ -26,7 +26,7 @@ from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import PODS, ResourceRef
-from airflow_provider_training.localkube.selectors import Requirement, labels_match, parse_label_selector
+from airflow_provider_training.kinds.selectors import LabelTerm, parse_selector, selects
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class _Subscriber:
     """
 
     def __init__(
-        self, name: str | None, selectors: list[list[Requirement]] | None, deliver: Deliver | None = None
+        self, name: str | None, selectors: list[tuple[LabelTerm, ...]] | None, deliver: Deliver | None = None
     ) -> None:
         self.name = name
         self.selectors = selectors
@@ -134,7 +134,7 @@ class _Subscriber:
             self.put(WatchEvent(DELETED, obj))
 
     def selects(self, obj: dict[str, Any]) -> bool:
-        return self.selectors is None or any(labels_match(terms, obj) for terms in self.selectors)
+        return self.selectors is None or any(selects(terms, obj) for terms in self.selectors)
 
     async def events(self) -> AsyncIterator[WatchEvent]:
         assert self.queue is not None, "a subscriber with a deliver callable has no events to iterate"
@@ -145,14 +145,14 @@ class _Subscriber:
             yield item
 
 
-def _index_terms(selectors: list[list[Requirement]] | None) -> list[tuple[str, frozenset[str]]] | None:
+def _index_terms(selectors: list[tuple[LabelTerm, ...]] | None) -> list[tuple[str, frozenset[str]]] | None:
     """For each selector its first ``key=value`` or ``key in (...)`` term; ``None`` if one has none."""
     if selectors is None:
         return None
     terms = []
     for selector in selectors:
-        term = next((req for req in selector if req.op in ("=", "in")), None)
-        if term is None:
+        term = next((t for t in selector if t.among and t.values is not None), None)
+        if term is None or term.values is None:
             return None
         terms.append((term.key, term.values))
     return terms
@@ -547,7 +547,7 @@ class WatchHub:
     ) -> AsyncIterator[_Subscriber]:
         given = [label_selector] if isinstance(label_selector, str) else list(label_selector or ())
         # No selector, or an empty one among them, selects every object.
-        selectors = [parse_label_selector(s) for s in given] if given and all(given) else None
+        selectors = [parse_selector(s) for s in given] if given and all(given) else None
         key = _watch_key(hook, resource, namespace)
         watch = self._watches.get(key)
         if watch is None or watch.task.done():

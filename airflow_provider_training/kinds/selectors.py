@@ -1,0 +1,58 @@
+"""Label selectors matched on the client: the watch hub routes one cached pod list to many waiters by them.
+
+Every term of the server's grammar is read (``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a)``,
+``k``, ``!k``); the test cluster (localkube) also reproduces the server's error messages, which the provider
+does not need: a term it cannot read is a ValueError naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_TERMS = re.compile(r"(?:[^,(]|\([^)]*\))+")  # commas inside "(...)" do not split
+_SET_TERM = re.compile(r"^(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^)]*)\)$")
+_EQUALITY_TERM = re.compile(r"^(?P<key>[^!=\s]+)\s*(?P<op>==|=|!=)\s*(?P<value>\S*)$")
+_EXISTS_TERM = re.compile(r"^(?P<negated>!?)\s*(?P<key>[^!=\s(),]+)$")
+
+
+@dataclass(frozen=True)
+class LabelTerm:
+    """One term: the label ``key`` has one of ``values`` (``among``), or none of them (not ``among``); no
+    ``values`` (``None``) asks only whether the label exists (``among``) or not."""
+
+    key: str
+    values: frozenset[str] | None
+    among: bool
+
+    def holds(self, labels: Mapping[str, str]) -> bool:
+        if self.values is None:
+            return (self.key in labels) == self.among
+        return (self.key in labels and labels[self.key] in self.values) == self.among
+
+
+def parse_selector(selector: str) -> tuple[LabelTerm, ...]:
+    """The terms of ``selector``; raises ValueError naming a term it cannot read."""
+    terms: list[LabelTerm] = []
+    for raw in _TERMS.findall(selector):
+        term = raw.strip()
+        if not term:
+            continue
+        if found := _SET_TERM.match(term):
+            values = frozenset(v.strip() for v in found["values"].split(","))
+            terms.append(LabelTerm(found["key"], values, among=found["op"] == "in"))
+        elif found := _EQUALITY_TERM.match(term):
+            terms.append(LabelTerm(found["key"], frozenset({found["value"]}), among=found["op"] != "!="))
+        elif found := _EXISTS_TERM.match(term):
+            terms.append(LabelTerm(found["key"], None, among=not found["negated"]))
+        else:
+            raise ValueError(f"label selector {selector!r}: cannot read the term {term!r}")
+    return tuple(terms)
+
+
+def selects(terms: tuple[LabelTerm, ...], obj: Mapping[str, Any]) -> bool:
+    """Whether the object's labels satisfy every term (no terms: every object)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(term.holds(labels) for term in terms)

@@ -1,0 +1,60 @@
+"""The provider's client-side reading of the label selectors the kinds build."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_training.kinds import registry
+from airflow_provider_training.kinds.base import JobKind
+from airflow_provider_training.kinds.selectors import LabelTerm, parse_selector, selects
+
+
+def pod(**labels: str) -> dict:
+    return {"metadata": {"name": "p", "labels": labels}}
+
+
+def test_each_term_form() -> None:
+    assert parse_selector("a=1, b==2,c!=3,d,!e,f in (x, y),g notin (z)") == (
+        LabelTerm("a", frozenset({"1"}), True),
+        LabelTerm("b", frozenset({"2"}), True),
+        LabelTerm("c", frozenset({"3"}), False),
+        LabelTerm("d", None, True),
+        LabelTerm("e", None, False),
+        LabelTerm("f", frozenset({"x", "y"}), True),
+        LabelTerm("g", frozenset({"z"}), False),
+    )
+    sets = parse_selector("f in (x,y),g notin (z)")
+    assert selects(sets, pod(f="y"))
+    assert selects(sets, pod(f="x", g="w"))
+    assert not selects(sets, pod(f="x", g="z"))
+    assert not selects(sets, pod(g="w"))  # f must be among x, y
+    terms = parse_selector("a=1,c!=3,d,!e")
+    assert selects(terms, pod(a="1", d=""))
+    assert selects(terms, pod(a="1", c="4", d="x"))
+    assert not selects(terms, pod(a="1", c="3", d="x"))  # c!=3
+    assert not selects(terms, pod(a="2", d="x"))  # a=1
+    assert not selects(terms, pod(a="1"))  # d must exist
+    assert not selects(terms, pod(a="1", d="x", e="y"))  # e must not
+    assert selects((), {"metadata": {}})  # the empty selector selects everything
+
+
+def test_a_term_it_cannot_read_is_named() -> None:
+    with pytest.raises(ValueError, match=r"cannot read the term 'b in x'"):
+        parse_selector("a=1,b in x")
+
+
+@pytest.mark.parametrize(
+    "kind", registry.all_kinds(), ids=lambda k: k.resource.key + "-" + k.resource.version
+)
+def test_every_kind_selector_parses_and_selects_its_own_labels(kind: JobKind) -> None:
+    """Every pod and master selector a kind builds is one this module reads, and selects a pod that
+    carries exactly the labels its equality terms name."""
+    for selector in (
+        kind.pod_selector("job-1"),
+        kind.master_selector("job-1"),
+        *kind.extra_pod_selectors("job-1"),
+    ):
+        terms = parse_selector(selector)
+        assert terms, selector
+        labels = {t.key: min(t.values or {""}) for t in terms if t.among}
+        assert selects(terms, pod(**labels)), selector
