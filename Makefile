@@ -11,8 +11,9 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade uv
 
 # uv resolves and installs Airflow in seconds where pip takes minutes; reinstall only when pyproject changes.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+# localkube (./localkube, the test cluster) is a distribution of its own that the dev extra needs.
+$(STAMP): pyproject.toml localkube/pyproject.toml | $(BIN)/python
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ./localkube -e '.[dev]'
 	touch $(STAMP)
 
 # The Training tab (airflow_provider_training/plugins/www): node packages from the committed lock file.
@@ -43,8 +44,8 @@ test: $(STAMP) ui-test chromium
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check airflow_provider_training tests benchmarks example_dags scripts
-	$(BIN)/ruff format --check airflow_provider_training tests benchmarks example_dags scripts
+	$(BIN)/ruff check airflow_provider_training localkube tests benchmarks example_dags scripts
+	$(BIN)/ruff format --check airflow_provider_training localkube tests benchmarks example_dags scripts
 	$(BIN)/mypy
 
 demo: $(STAMP)

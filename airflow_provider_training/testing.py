@@ -1,32 +1,18 @@
-"""pytest fixtures for DAG tests against localkube, the embedded Kubernetes API.
+"""Helpers for testing DAGs on localkube, the project's test cluster (the ``localkube`` distribution, which
+the ``test`` extra installs and whose pytest fixtures load themselves; docs/testing.md).
 
-Load them with ``pytest_plugins = ["airflow_provider_training.testing"]`` in a ``conftest.py``:
-
-- ``localkube``: a running cluster (its own loop in a thread, default controllers, scripted runtime) with a
-  kubeconfig written to a temporary directory (``localkube.kubeconfig``);
-- ``localkube_conn``: the id of an Airflow ``kubernetes`` connection (``kubernetes_default``) pointing at it;
-- ``localkube_async``: the same cluster started in the running loop of an async test.
-
-Override ``localkube_runtime`` ("scripted" or "process"), ``localkube_crd_dir`` (a directory of CRD YAMLs,
-to validate custom objects against their schemas) or ``localkube_namespaces`` (namespaces to create besides
-``default``, ``kube-system``, ``kube-public`` and ``kube-node-lease``) in your own conftest to change how the
-cluster starts. As on a real cluster, objects can only be created in namespaces that exist; a test can also
-call ``localkube.create_namespaces("team-a")``.
+Nothing here imports localkube: a manifest for its scripted runtime is an ordinary job manifest with its
+image and its script annotation, two names fixed by localkube's runtime (docs/localkube-runtimes.md).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pytest
-
-from airflow_provider_training.localkube.cluster import LocalKube
-
-CONN_ID = "kubernetes_default"
 SCRIPTED_IMAGE = "localkube/scripted:latest"
+SCRIPT_ANNOTATION = "localkube.dev/script"
 
 
 def scripted_job(
@@ -38,78 +24,8 @@ def scripted_job(
     **options: Any,
 ) -> dict[str, Any]:
     """A ``kind`` job manifest whose pods follow ``script`` on localkube's scripted runtime (its image and
-    ``localkube.dev/script`` annotation; docs/localkube-runtimes.md); ``options`` go to ``build_job``."""
-    from airflow_provider_training.localkube.runtime.script import ANNOTATION
+    ``localkube.dev/script`` annotation); ``options`` go to ``build_job``."""
     from airflow_provider_training.specs import build_job
 
-    annotations = {ANNOTATION: json.dumps(script), **options.pop("annotations", {})}
+    annotations = {SCRIPT_ANNOTATION: json.dumps(script), **options.pop("annotations", {})}
     return build_job(kind, SCRIPTED_IMAGE, list(command), dict(replicas), annotations=annotations, **options)
-
-
-@pytest.fixture
-def localkube_runtime() -> str:
-    """The pod runtime of the ``localkube`` fixtures; override to use "process"."""
-    return "scripted"
-
-
-@pytest.fixture
-def localkube_crd_dir() -> str | None:
-    """A directory of CRD YAMLs to validate against; None serves built-in definitions unvalidated."""
-    return None
-
-
-@pytest.fixture
-def localkube_namespaces() -> tuple[str, ...]:
-    """Namespaces the ``localkube`` fixtures create besides the ones every cluster has."""
-    return ()
-
-
-@pytest.fixture
-def localkube(
-    localkube_runtime: str,
-    localkube_crd_dir: str | None,
-    localkube_namespaces: tuple[str, ...],
-    tmp_path: Path,
-) -> Iterator[LocalKube]:
-    """A running localkube in a background thread, with ``.kubeconfig`` written under tmp_path."""
-    cluster = LocalKube(runtime=localkube_runtime, crd_dir=localkube_crd_dir, namespaces=localkube_namespaces)
-    with cluster:
-        cluster.write_kubeconfig(tmp_path / "localkube.kubeconfig")
-        yield cluster
-
-
-def connection_json(kubeconfig: Path | str, namespace: str = "default") -> str:
-    """The ``AIRFLOW_CONN_...`` value of a ``kubernetes`` connection that uses the kubeconfig."""
-    return json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": namespace}}
-    )
-
-
-@pytest.fixture
-def localkube_conn(localkube: LocalKube, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Points the ``kubernetes_default`` connection at ``localkube`` (restored afterwards); returns its id."""
-    assert localkube.kubeconfig is not None
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection_json(localkube.kubeconfig))
-    return CONN_ID
-
-
-try:
-    import pytest_asyncio
-except ImportError:  # the async fixture needs pytest-asyncio; the sync ones do not
-    pass
-else:
-
-    @pytest_asyncio.fixture
-    async def localkube_async(
-        localkube_runtime: str,
-        localkube_crd_dir: str | None,
-        localkube_namespaces: tuple[str, ...],
-        tmp_path: Path,
-    ) -> AsyncIterator[LocalKube]:
-        """A localkube running in the test's own event loop (for async tests and triggers)."""
-        cluster = LocalKube(
-            runtime=localkube_runtime, crd_dir=localkube_crd_dir, namespaces=localkube_namespaces
-        )
-        async with cluster:
-            cluster.write_kubeconfig(tmp_path / "localkube.kubeconfig")
-            yield cluster

@@ -304,8 +304,8 @@ class Cluster:
     """localkube in a thread of this process, and the jobs of one scenario."""
 
     def __init__(self, workdir: Path) -> None:
-        from airflow_provider_training.localkube.cluster import LocalKube
-        from airflow_provider_training.testing import connection_json
+        from localkube.cluster import LocalKube
+        from localkube.pytest_plugin import connection_json
 
         self.kube = LocalKube(runtime="scripted").start_in_thread()
         kubeconfig = self.kube.write_kubeconfig(workdir / "localkube.kubeconfig")
@@ -313,7 +313,7 @@ class Cluster:
         self.jobs = self.kube.store.resource_type("kubeflow.org", "v1", "pytorchjobs")
 
     def create(self, name: str, script: dict[str, Any]) -> None:
-        from airflow_provider_training.localkube.runtime import register_script
+        from localkube.runtime import register_script
 
         register_script(name, script, NAMESPACE)
         self.kube.call(self.kube.store.create, self.jobs, NAMESPACE, _job(name))

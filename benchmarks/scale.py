@@ -41,6 +41,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from localkube.cluster import LocalKube
+from localkube.pytest_plugin import connection_json
 from scale_cluster import (
     NAMESPACE,
     create_jobs,
@@ -48,9 +50,6 @@ from scale_cluster import (
 )
 from scale_manifest import MARK
 from trigger_load import KIND, StatusClock, terminal
-
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.testing import connection_json
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "scale_child.py"

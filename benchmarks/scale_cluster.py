@@ -14,12 +14,11 @@ import random
 import time
 from typing import Any
 
+from localkube.cluster import LocalKube
+from localkube.runtime.kubelet import PodInstance, RunResult
+from localkube.runtime.scripted import ScriptedRuntime
 from scale_manifest import job_manifest
 from trigger_load import KIND, NAMESPACE
-
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.runtime.kubelet import PodInstance, RunResult
-from airflow_provider_training.localkube.runtime.scripted import ScriptedRuntime
 
 JOB_LABEL = "training.kubeflow.org/job-name"
 
@@ -93,7 +92,7 @@ def start_cluster(log_every: float) -> tuple[LocalKube, ChattyRuntime]:
     """A fresh localkube (the Kubeflow controller, the chatty runtime) on its own loop in a thread of this
     process. The other kinds' controllers are left out: each subscribes to every store change (a deep copy of
     every object written), which made creating 1,000 jobs take minutes and would load the machine."""
-    from airflow_provider_training.localkube.controllers.kubeflow import KubeflowController
+    from localkube.controllers.kubeflow import KubeflowController
 
     runtime = ChattyRuntime(log_every)
     cluster = LocalKube(runtime=None, controllers=[KubeflowController(), runtime])

@@ -26,10 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from localkube.cluster import LocalKube
+from localkube.faults import resource_of
+
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.faults import resource_of
 from airflow_provider_training.logs import container_name
 from airflow_provider_training.plugins import ui_cluster, ui_logs
 from airflow_provider_training.testing import connection_json, scripted_job
@@ -74,7 +75,7 @@ async def tab(hook: AsyncTrainingJobHook, job: dict, until: float) -> None:
 
 
 async def measure(kube: LocalKube, hook: AsyncTrainingJobHook, tabs: int, seconds: float) -> dict[str, float]:
-    from airflow_provider_training.localkube.runtime import close_gate
+    from localkube.runtime import close_gate
 
     close_gate(GATE)
     name = f"tab-requests-{tabs}"

@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localkube.cluster import LocalKube
+from localkube.pytest_plugin import connection_json
+
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.testing import connection_json
 from airflow_provider_training.triggers.training import TrainingJobTrigger
 from airflow_provider_training.watch import WatchHub
 

@@ -36,7 +36,7 @@ DAGS_TEST_LOG = DEMO / "dags-test.log"
 DAG_ID = "retraining_pipeline"
 NAMESPACE = "default"
 TRAIN_SCRIPT = REPO / "example_dags" / "training" / "ddp_sgd.py"
-LOCALKUBE = (sys.executable, "-m", "airflow_provider_training.localkube")
+LOCALKUBE = (sys.executable, "-m", "localkube")
 READY_TIMEOUT = 60.0
 TASK_START = re.compile(r"\[DAG TEST\] starting task_id=(?P<task>\S+)")
 TASK_END = re.compile(r"\[DAG TEST\] end task task_id=(?P<task>\S+)")

@@ -13,6 +13,3 @@ os.environ.setdefault("AIRFLOW_HOME", _home)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_home}/airflow.db")
-
-# The localkube fixtures users get too (`localkube`, `localkube_conn`, `localkube_async`).
-pytest_plugins = ["airflow_provider_training.testing"]

@@ -52,7 +52,7 @@ RUNTIME = """
 import asyncio, json, sys, tempfile
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.localkube.cluster import LocalKube
+from localkube.cluster import LocalKube
 
 async def main():
     async with LocalKube(runtime=None, controllers=[]) as cluster:

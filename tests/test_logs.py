@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from localkube.cluster import LocalKube
 
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.logs import (
     SAVED_LINE_CHARS,
     LogCursor,
@@ -392,8 +392,8 @@ async def test_every_replica_type_of_an_edl_job_run_by_its_controller(tmp_path, 
 
 async def test_only_the_jobs_own_pods_of_mlkube_mxjobs_run_by_their_controller(tmp_path, monkeypatch):
     """Two mlkube MxJobs (one name a prefix of the other): the shared selector takes both, owns_pod one."""
-    from airflow_provider_training.localkube.controllers.builtin import BatchJobController
-    from airflow_provider_training.localkube.controllers.mxnet_legacy import LegacyMxnetController
+    from localkube.controllers.builtin import BatchJobController
+    from localkube.controllers.mxnet_legacy import LegacyMxnetController
 
     template = {"spec": {"containers": [{"name": "mxnet", "image": "mxnet"}], "restartPolicy": "OnFailure"}}
     replicas = [("SCHEDULER", 1), ("SERVER", 1), ("WORKER", 2)]

@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 import structlog
 import yaml
+from localkube.cluster import LocalKube
+from localkube.kubeconfig import write_kubeconfig
 from structlog.testing import LogCapture
 
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.kubeconfig import write_kubeconfig
 from airflow_provider_training.operators import PyTorchJobOperator
 from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.specs import build_job

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from localkube.cluster import LocalKube
 
 from airflow_provider_training import watch as watch_module
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import BATCH_JOBS, PODS, REPLICASETS, ResourceRef
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.watch import WatchEvent, WatchHub
 from tests.hooks.kube_env import (
     FAST_RETRY,

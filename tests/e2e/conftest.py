@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.testing import connection_json
+from localkube.cluster import LocalKube
+from localkube.pytest_plugin import connection_json
 
 DAG_FILES = Path(__file__).parent / "dag_files"
 COMPONENTS = {

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from localkube.cluster import LocalKube
 
-from airflow_provider_training.localkube.cluster import LocalKube
 from tests.e2e.conftest import ON_KILL_TIMEOUT, Airflow
 
 pytestmark = pytest.mark.timeout(120)
@@ -149,7 +149,7 @@ def test_the_training_tab_shows_the_finished_job_and_the_lines_its_trigger_saved
     Last in the module on purpose: the tab loads the Kubernetes client in the api-server, which makes its kill
     listener's delete fast enough to beat the triggerer's on_kill in the tests above (both delete the job;
     those tests assert that on_kill ran)."""
-    from airflow_provider_training.localkube.resources import PODS
+    from localkube.resources import PODS
 
     params = "dag_id=e2e_train&run_id=run1&task_id=train"
 

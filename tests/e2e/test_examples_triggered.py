@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localkube.cluster import LocalKube
+from localkube.runtime.script import DEFAULT_STEP
 
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.runtime.script import DEFAULT_STEP
 from tests.e2e.conftest import Airflow, deploy
 
 pytestmark = pytest.mark.timeout(1200)  # a busy machine: each CLI call alone can take a minute

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localkube.cluster import LocalKube
 
-from airflow_provider_training.localkube.cluster import LocalKube
 from tests.e2e.conftest import Airflow
 
 pytestmark = pytest.mark.timeout(1800)  # a busy machine: the test also starts the deployment

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
+from localkube.cluster import LocalKube
 
-from airflow_provider_training.localkube.cluster import LocalKube
 from tests.e2e.conftest import START_TIMEOUT, Airflow
 from tests.e2e.test_airflow_components import pytorch_job as job_of
 

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from localkube.cluster import LocalKube
+from localkube.gates import close_gate, gate, open_gate
 
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.gates import close_gate, gate, open_gate
 from tests.e2e.browser.chromium import Chromium, missing
 from tests.e2e.conftest import Airflow, deploy
 from tests.e2e.dag_scoped_auth import OUTSIDER, PRIVATE_DAG

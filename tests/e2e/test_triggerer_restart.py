@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
+from localkube.cluster import LocalKube
 
-from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.logs import REPEAT_MARK, split_stamp, stamp_text
 from tests.e2e.conftest import Airflow
 

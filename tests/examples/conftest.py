@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.runtime import ANNOTATION
-from airflow_provider_training.testing import connection_json
+from localkube.cluster import LocalKube
+from localkube.pytest_plugin import connection_json
+from localkube.runtime import ANNOTATION
 
 EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "example_dags"
 

@@ -7,10 +7,10 @@ import re
 from datetime import UTC, datetime
 
 import pytest
+from localkube.resources import BATCH_JOBS, REPLICASETS
+from localkube.runtime import register_script, unregister_script
 
 from airflow_provider_training.kinds import get_kind
-from airflow_provider_training.localkube.resources import BATCH_JOBS, REPLICASETS
-from airflow_provider_training.localkube.runtime import register_script, unregister_script
 from airflow_provider_training.naming import TaskIdentity, default_job_name
 from tests.examples.conftest import load_dag, with_script
 

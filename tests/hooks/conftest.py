@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from localkube.cluster import LocalKube
 
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.localkube.cluster import LocalKube
 from tests.hooks.kube_env import FAST_RETRY, local_cluster, use_connection
 
 

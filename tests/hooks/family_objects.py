@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from localkube.cluster import LocalKube
+
 from airflow_provider_training.kinds.base import BATCH_JOBS, PODS, REPLICASETS
-from airflow_provider_training.localkube.cluster import LocalKube
 from tests.hooks.kube_env import rtype
 
 EDL_API_VERSION = "paddlepaddle.org/v1"
@@ -121,11 +122,11 @@ def names_in(cluster: LocalKube, resource: Any, namespace: str = "default") -> s
 
 def edl_cluster_options() -> dict[str, Any]:
     """LocalKube options running the EDL controller and the built-in controllers it relies on."""
-    from airflow_provider_training.localkube.controllers.builtin import (
+    from localkube.controllers.builtin import (
         BatchJobController,
         ReplicaSetController,
     )
-    from airflow_provider_training.localkube.controllers.paddle_edl import PaddleEdlController
+    from localkube.controllers.paddle_edl import PaddleEdlController
 
     controllers = [PaddleEdlController(), BatchJobController(), ReplicaSetController()]
     return {"runtime": "scripted", "controllers": controllers}

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localkube.cluster import LocalKube
+from localkube.pytest_plugin import connection_json
+from localkube.resources import ResourceType
 
 from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import JobKind, ResourceRef
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.resources import ResourceType
-from airflow_provider_training.testing import connection_json
 
 CONN_ID = "kube_test"
 FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
@@ -110,7 +110,7 @@ def container_status(name: str, state: str, *, restarts: int = 0, exit_code: int
 
 def set_pod_state(cluster: LocalKube, pod: dict[str, Any], phase: str, state: str, **kw: Any) -> None:
     """Write the pod's status as a kubelet would: phase and its one container's state."""
-    from airflow_provider_training.localkube.resources import PODS
+    from localkube.resources import PODS
 
     container = pod["spec"]["containers"][0]["name"]
     status = {"phase": phase, "containerStatuses": [container_status(container, state, **kw)]}

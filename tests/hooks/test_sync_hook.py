@@ -7,12 +7,12 @@ import threading
 import pytest
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from localkube.pytest_plugin import connection_json
 
 from airflow_provider_training.hooks.errors import JobExistsError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
 from airflow_provider_training.kinds.base import PODS
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.testing import connection_json
 from tests.hooks.kube_env import FAST_RETRY, job_body, pod_manifest, requests_to, rtype
 
 PYTORCH = get_kind("PyTorchJob")

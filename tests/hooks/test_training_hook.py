@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
+from localkube.kubeconfig import kubeconfig_dict
 
 from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
 from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import BATCH_JOBS, CONFIGMAPS, PODS, ChildResource
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.localkube.kubeconfig import kubeconfig_dict
 from tests.hooks.kube_env import FAST_RETRY, job_body, pod_manifest, requests_to, rtype
 
 PYTORCH = get_kind("PyTorchJob")
@@ -204,7 +204,7 @@ async def test_foreground_delete_is_waited_for(kube, hook):
 
 
 async def test_events_about_an_object(kube, hook):
-    from airflow_provider_training.localkube.events import record_event
+    from localkube.events import record_event
 
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p0", "namespace": "default", "uid": "u"}}
     other = {**pod, "metadata": {**pod["metadata"], "name": "p1"}}

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from airflow_provider_training.kinds import get_kind
-from tests.localkube.test_controller_support import PADDLE_SIMPLE_CPU
+from tests.upstream_examples import upstream_example
 
 MXJOB_TUNE = """
 apiVersion: kubeflow.org/v1
@@ -37,7 +37,7 @@ def t9k(kind: str, **counts: int) -> dict:
 
 V1 = "kubeflow.org/v1"
 CASES = [
-    ("PaddleJob upstream simple-cpu (Worker only)", yaml.safe_load(PADDLE_SIMPLE_CPU), "Worker"),
+    ("PaddleJob upstream simple-cpu (Worker only)", upstream_example("paddle-simple-cpu.yaml"), "Worker"),
     (
         "PaddleJob with Master",
         job("PaddleJob", V1, replicas("paddleReplicaSpecs", Master=1, Worker=2)),

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from localkube.selectors import labels_match, parse_label_selector
 
 from airflow_provider_training.kinds import JobState, get_kind
 from airflow_provider_training.kinds.common import OPERATOR_NOT_RUNNING
-from airflow_provider_training.localkube.selectors import labels_match, parse_label_selector
 
 MLKUBE = get_kind("MxJob")
 V1ALPHA1 = get_kind("MXJob", "kubeflow.org/v1alpha1")

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from localkube.selectors import labels_match, parse_label_selector
 
 from airflow_provider_training.kinds import BATCH_JOBS, PODS, REPLICASETS, JobState, get_kind
 from airflow_provider_training.kinds.common import OPERATOR_NOT_RUNNING
 from airflow_provider_training.kinds.paddle_edl import read_status
-from airflow_provider_training.localkube.selectors import labels_match, parse_label_selector
 
 CREATED_AT = "2026-03-02T10:00:00Z"
 KIND = get_kind("TrainingJob")

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from localkube.selectors import labels_match, parse_label_selector
 
 from airflow_provider_training.kinds import JobState, get_kind
 from airflow_provider_training.kinds.common import OPERATOR_NOT_RUNNING
 from airflow_provider_training.kinds.tensorstack import pod_names, read_status
-from airflow_provider_training.localkube.selectors import labels_match, parse_label_selector
 
 API = "batch.tensorstack.dev/v1beta1"
 CREATED_AT = "2024-09-10T08:00:00Z"

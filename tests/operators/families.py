@@ -15,12 +15,12 @@ from functools import cached_property
 from typing import Any
 
 import pytest
+from localkube.cluster import LocalKube
+from localkube.resources import BATCH_JOBS, PODS, REPLICASETS, SERVICES
+from localkube.runtime import ANNOTATION
 
 from airflow_provider_training import operators, sensors
 from airflow_provider_training.kinds import JobKind, get_kind
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.resources import BATCH_JOBS, PODS, REPLICASETS, SERVICES
-from airflow_provider_training.localkube.runtime import ANNOTATION
 from tests.operators.harness import NAMESPACE, serve
 
 T9K = "batch.tensorstack.dev/v1beta1"

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localkube.cluster import LocalKube
+from localkube.pytest_plugin import connection_json
+from localkube.store import ApiError
 
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.store import ApiError
-from airflow_provider_training.testing import connection_json, scripted_job
+from airflow_provider_training.testing import scripted_job
 
 NAMESPACE = "default"
 
@@ -165,7 +166,7 @@ def wait_for(check: Callable[[], Any], *, timeout: float = 60.0, interval: float
 
 
 def pods_running(kube: LocalKube, name: str) -> bool:
-    from airflow_provider_training.localkube.resources import PODS
+    from localkube.resources import PODS
 
     pods = kube.store.list(PODS, NAMESPACE, label_selector=f"training.kubeflow.org/job-name={name}")
     return bool(pods) and any((p.get("status") or {}).get("phase") == "Running" for p in pods)
@@ -201,7 +202,7 @@ def run_until_logged(
     localkube gate (one the job's containers wait at). Returns ``fn``'s result and all it printed: a test
     sees the intermediate states (``is Running``, ``is Restarting``) before the job moves on, however slow
     the machine is."""
-    from airflow_provider_training.localkube.runtime import close_gate, open_gate
+    from localkube.runtime import close_gate, open_gate
 
     for _, gate in gates:
         close_gate(gate)
@@ -249,8 +250,7 @@ def run_operator(op: Any, context: dict[str, Any], mode: str, *, gate: str | Non
     ``gate``: the localkube gate the job's deciding container waits at. It opens once the task deferred (at
     once in sync mode), so a deferrable task on a short job defers however slow the machine is."""
     from airflow.sdk.exceptions import TaskDeferred
-
-    from airflow_provider_training.localkube.runtime import open_gate
+    from localkube.runtime import open_gate
 
     op.deferrable = mode == "deferrable"
     if mode == "sync":

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from localkube.cluster import LocalKube
 
-from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.operators import PyTorchJobOperator
 from airflow_provider_training.results import TrainingJobError, TrainingJobSensorError
 from airflow_provider_training.sensors import PyTorchJobSensor

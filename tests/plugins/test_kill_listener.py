@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 from airflow.models.trigger import Trigger
+from localkube.cluster import LocalKube
+from localkube.pytest_plugin import connection_json
 
 from airflow_provider_training.hooks.training import TrainingJobHook
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.localkube.cluster import LocalKube
 from airflow_provider_training.plugins import TrainingPlugin, kill_listener
-from airflow_provider_training.testing import connection_json
 from airflow_provider_training.triggers.training import TrainingJobTrigger
 from tests.hooks.kube_env import FAST_RETRY, job_body
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from localkube.cluster import LocalKube
+from localkube.faults import FaultRule
+from localkube.runtime import close_gate, open_gate
 
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.faults import FaultRule
-from airflow_provider_training.localkube.runtime import close_gate, open_gate
 from airflow_provider_training.plugins import ui_api, ui_cluster, ui_logs
 from tests.dags.conftest import DAG_FILES, airflow_db
 from tests.operators.harness import cluster, wait_for
@@ -296,7 +296,7 @@ def test_gone_pods_show_the_lines_the_trigger_saved(client, run_id, cluster):
 
 
 def _delete_pods(cluster: LocalKube, job_name: str) -> None:
-    from airflow_provider_training.localkube.resources import PODS
+    from localkube.resources import PODS
 
     for pod in cluster.store.list(PODS, "default"):
         if pod["metadata"]["name"].startswith(job_name):

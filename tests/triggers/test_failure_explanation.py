@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from localkube.resources import PODS
 
 from airflow_provider_training import diagnostics as diag
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import JobStatus
-from airflow_provider_training.localkube.resources import PODS
 from airflow_provider_training.results import failure_message
 from airflow_provider_training.triggers.training import TrainingJobTrigger
 from tests.operators.harness import KIND_BY_NAME, NAMESPACE, job_or_none, manifest, resource

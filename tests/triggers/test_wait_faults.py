@@ -258,7 +258,7 @@ async def test_unauthorized_after_reloading_the_credentials_ends_the_wait(cluste
 
 
 async def test_a_rotated_token_is_reloaded_and_the_wait_goes_on(cluster, faults, tmp_path, monkeypatch):
-    from airflow_provider_training.testing import connection_json
+    from localkube.pytest_plugin import connection_json
 
     original = cluster.token
     path = cluster.write_kubeconfig(tmp_path / "kubeconfig")

@@ -1,0 +1,132 @@
+"""Command line: `serve` a local cluster, or program `fault`s into a running one.
+
+python -m localkube serve --port 0 --kubeconfig PATH --runtime scripted
+python -m localkube fault --kubeconfig PATH throttle --count 3 --retry-after 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FAULTS = {
+    "throttle": "status",
+    "fail": "status",
+    "drop": "drop",
+    "latency": "latency",
+    "expire-watch": "expire_watch",
+    "end-watch": "end_watch",
+}  # command -> FaultRule action
+COMMANDS = (*FAULTS, "end-watches", "restart", "clear", "list", "requests")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m localkube",
+        description="localkube: a local Kubernetes API for training jobs",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run a cluster until SIGTERM or SIGINT")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    serve.add_argument("--kubeconfig", required=True, type=Path, help="where to write the kubeconfig")
+    serve.add_argument("--runtime", default="scripted", choices=("scripted", "process", "none"))
+    serve.add_argument("--crd-dir", type=Path, help="validate custom objects against these CRD YAMLs")
+    serve.add_argument("--no-controllers", action="store_true", help="serve the API only")
+    serve.add_argument(
+        "--namespace", default="default", help="the kubeconfig context's namespace (created if need be)"
+    )
+    fault = commands.add_parser("fault", help="program a fault into a running cluster")
+    fault.add_argument("--kubeconfig", required=True, type=Path, help="the kubeconfig `serve` wrote")
+    fault.add_argument("what", choices=COMMANDS)
+    fault.add_argument("--code", type=int, default=500, help="for fail: 429, 500, 503 or 504")
+    fault.add_argument("--count", type=int, default=1, help="matching requests to affect; 0 = all")
+    fault.add_argument("--method", help="only this HTTP method")
+    fault.add_argument("--path", help="only paths matching this regular expression")
+    fault.add_argument("--resource", help="only this resource (plural)")
+    fault.add_argument("--retry-after", type=int, default=1, help="Retry-After seconds of a 429")
+    fault.add_argument("--seconds", type=float, default=0.0, help="latency, or when an end-watch ends it")
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from localkube.cluster import LocalKube
+
+    cluster = LocalKube(
+        runtime=args.runtime,
+        crd_dir=args.crd_dir,
+        host=args.host,
+        port=args.port,
+        controllers=[] if args.no_controllers else None,
+        namespaces=(args.namespace,),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with cluster:
+        path = cluster.write_kubeconfig(args.kubeconfig, args.namespace)
+        print(f"localkube serving {cluster.url} kubeconfig {path}", flush=True)
+        await stop.wait()
+
+
+def _server_of(kubeconfig: Path) -> tuple[str, str]:
+    """(server URL, token) of the kubeconfig's current context."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+    return cluster["server"], user["token"]
+
+
+def _fault_request(args: argparse.Namespace) -> tuple[str, str, dict | None]:
+    """(method, admin path, body) for the fault command."""
+    if args.what in FAULTS:
+        rule: dict[str, Any] = {"action": FAULTS[args.what], "count": args.count or None}
+        if args.what in ("throttle", "fail"):
+            rule.update(code=429 if args.what == "throttle" else args.code, retry_after=args.retry_after)
+        if args.what in ("latency", "end-watch"):
+            rule["seconds"] = args.seconds
+        rule.update({k: v for k in ("method", "path", "resource") if (v := getattr(args, k))})
+        return "POST", "faults", rule
+    return {
+        "end-watches": ("POST", "end-watches", None),
+        "restart": ("POST", "restart", None),
+        "clear": ("DELETE", "faults", None),
+        "list": ("GET", "faults", None),
+        "requests": ("GET", "requests", None),
+    }[args.what]
+
+
+def _fault(args: argparse.Namespace) -> None:
+    url, token = _server_of(args.kubeconfig)
+    method, path, body = _fault_request(args)
+    request = urllib.request.Request(
+        f"{url}/localkube/{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        print(json.dumps(json.loads(response.read()), indent=2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        asyncio.run(_serve(args))
+    else:
+        _fault(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""The kube-controller-manager parts the legacy training APIs rely on: batch/v1 Job and apps/v1 ReplicaSet.
+
+The EDL controller and the mlkube MXNet operator create batch Jobs and ReplicaSets and leave the pods to
+Kubernetes; these two controllers play that part. Like the real ones they only create and delete pods (the
+pod runtime, the kubelet's part, runs them) and write the owner's `.status`:
+
+- **Job**: pods from `spec.template` named `<job>-<5 random>`, labelled `controller-uid`/`job-name` (and their
+  `batch.kubernetes.io/` forms, as since Kubernetes 1.27) with a controller ownerReference; `parallelism`
+  active pods at most, `completions` successes (without `completions`: done once any pod succeeded and
+  the others finished, no new pods after the first success); `backoffLimit` (default 6; failed pods, plus
+  container restarts under `restartPolicy: OnFailure`); `activeDeadlineSeconds`; status `active`/`ready`/
+  `succeeded`/`failed`/`startTime`/`completionTime` and a `Complete` or `Failed` condition (reasons
+  `CompletionsReached`, `BackoffLimitExceeded`, `DeadlineExceeded`). A changed `parallelism` is followed
+  at once.
+- **ReplicaSet**: `replicas` pods named `<rs>-<5 random>` with the template's labels and an ownerReference;
+  status `replicas`, `fullyLabeledReplicas`, `readyReplicas`, `availableReplicas`, `observedGeneration`.
+
+Simplified: no pod-creation backoff delay after failures and no slow-start batches; the apiserver's Job
+defaulting (`spec.selector`, template labels) is not written back: pods are matched by their controller
+ownerReference. Succeeded/failed counters never go down, so pods deleted after they finished stay counted.
+
+The helpers at the end are shared by localkube's legacy-API controllers (EDL, legacy MXNet, T9k).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from localkube.controllers.conditions import seconds_since
+from localkube.controllers.kubeflow import controller_ref, phase
+from localkube.controllers.loop import ReconcileLoop
+from localkube.events import record_event
+from localkube.resources import BATCH_JOBS, PODS, REPLICASETS, ResourceType
+from localkube.runtime.script import (
+    ANNOTATION,
+    ScriptError,
+    parse_script,
+    registered_script,
+)
+from localkube.store import ApiError, Store, WatchEvent, now_rfc3339
+
+OwnerKey = tuple[str, str]  # namespace, name
+JOB_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+DEFAULT_BACKOFF_LIMIT = 6
+BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
+DEADLINE_MESSAGE = "Job was active longer than specified deadline"
+COMPLETE_MESSAGE = "Reached expected number of succeeded pods"
+
+
+class WorkloadController(ReconcileLoop):
+    """Reconciles one built-in owner type on its own changes and on changes of the pods it controls."""
+
+    owner_type: ResourceType
+
+    def initial_keys(self) -> list[Hashable]:
+        return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in self.store.list(self.owner_type)]
+
+    def keys_for_event(self, event: WatchEvent) -> list[Hashable]:
+        meta = event.object["metadata"]
+        if event.rt == self.owner_type:
+            return [] if event.type == "DELETED" else [(meta["namespace"], meta["name"])]
+        if event.rt == PODS:
+            ref = controller_ref(event.object)
+            if ref and (ref.get("apiVersion"), ref.get("kind")) == (
+                self.owner_type.api_version,
+                self.owner_type.kind,
+            ):
+                return [(meta["namespace"], ref["name"])]
+        return []
+
+    def reconcile(self, key: Any) -> float | None:
+        owner = get_live(self.store, self.owner_type, *key)
+        if owner is None:
+            return None
+        return self.sync(owner, owned_pods(self.store, owner))
+
+    def sync(self, owner: dict, pods: list[dict]) -> float | None:
+        raise NotImplementedError
+
+    def write_status(self, owner: dict, status: dict) -> None:
+        if status != (owner.get("status") or {}):
+            meta = owner["metadata"]
+            self.store.update_status(self.owner_type, meta["namespace"], meta["name"], status)
+
+
+class BatchJobController(WorkloadController):
+    """The batch/v1 Job controller."""
+
+    owner_type = BATCH_JOBS
+
+    def sync(self, job: dict, pods: list[dict]) -> float | None:
+        spec, status = job.get("spec") or {}, copy.deepcopy(job.get("status") or {})
+        if finished_condition(status):
+            return None
+        status.setdefault("startTime", now_rfc3339())
+        completions = spec.get("completions")
+        if completions is None and spec.get("parallelism") is None:
+            completions = 1  # the apiserver's default for a non-parallel Job
+        parallelism = int(spec.get("parallelism", 1))
+        active = [p for p in pods if is_active(p)]
+        succeeded = max(int(status.get("succeeded") or 0), sum(phase(p) == "Succeeded" for p in pods))
+        failed = max(int(status.get("failed") or 0), sum(phase(p) == "Failed" for p in pods))
+        failure = self._failure(spec, status, active, failed)
+        if failure is not None:
+            for pod in active:
+                delete_quietly(self.store, PODS, pod)
+            active = []
+        elif completions is None and succeeded:
+            pass  # work-queue Job: no new pods after a success; the others finish on their own
+        else:
+            want = parallelism if completions is None else min(parallelism, int(completions) - succeeded)
+            active = self._scale(job, active, max(want, 0))
+        status.update(active=len(active), ready=sum(is_ready(p) for p in active))
+        status.update(succeeded=succeeded, failed=failed)
+        complete = succeeded >= int(completions) if completions is not None else succeeded > 0 and not active
+        if failure is not None:
+            add_condition(status, "Failed", *failure)
+        elif complete:
+            for pod in active:
+                delete_quietly(self.store, PODS, pod)
+            status["active"] = status["ready"] = 0
+            status["completionTime"] = now_rfc3339()
+            add_condition(status, "Complete", "CompletionsReached", COMPLETE_MESSAGE)
+        self.write_status(job, _without_zero_counters(status))
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is None or finished_condition(status):
+            return None
+        return max(float(deadline) - seconds_since(status["startTime"]), 0.0) + 0.01
+
+    @staticmethod
+    def _failure(spec: dict, status: dict, active: list[dict], failed: int) -> tuple[str, str] | None:
+        limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
+        policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+        restarts = sum(restart_count(p) for p in active) if policy == "OnFailure" else 0
+        if failed > limit or (policy == "OnFailure" and (restarts > 0 if limit == 0 else restarts >= limit)):
+            return "BackoffLimitExceeded", BACKOFF_MESSAGE
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None and seconds_since(status["startTime"]) >= float(deadline):
+            return "DeadlineExceeded", DEADLINE_MESSAGE
+        return None
+
+    def _scale(self, job: dict, active: list[dict], want: int) -> list[dict]:
+        for _ in range(want - len(active)):
+            active.append(self._create_pod(job))
+        excess = sorted(active, key=lambda p: (phase(p) == "Running", p["metadata"]["creationTimestamp"]))
+        for pod in excess[: max(len(active) - want, 0)]:
+            delete_quietly(self.store, PODS, pod)
+            active.remove(pod)
+        return active
+
+    def _create_pod(self, job: dict) -> dict:
+        meta = job["metadata"]
+        labels = {
+            **dict.fromkeys(JOB_LABELS, meta["uid"]),
+            **dict.fromkeys(JOB_NAME_LABELS, meta["name"]),
+        }
+        template = (job.get("spec") or {}).get("template") or {}
+        return create_pod(self.store, job, template, labels, component="job-controller")
+
+
+class ReplicaSetController(WorkloadController):
+    """The apps/v1 ReplicaSet controller."""
+
+    owner_type = REPLICASETS
+
+    def sync(self, rs: dict, pods: list[dict]) -> float | None:
+        spec = rs.get("spec") or {}
+        want = int(spec.get("replicas", 1))
+        active = [p for p in pods if not deleting(p) and phase(p) not in ("Succeeded", "Failed")]
+        for _ in range(want - len(active)):
+            template = spec.get("template") or {}
+            active.append(create_pod(self.store, rs, template, {}, component="replicaset-controller"))
+        doomed = sorted(active, key=lambda p: (phase(p) == "Running", is_ready(p)))[
+            : max(len(active) - want, 0)
+        ]
+        for pod in doomed:
+            delete_quietly(self.store, PODS, pod)
+            active.remove(pod)
+        ready = sum(is_ready(p) for p in active)
+        status = {
+            "replicas": len(active),
+            "fullyLabeledReplicas": len(active),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "observedGeneration": rs["metadata"].get("generation", 1),
+        }
+        self.write_status(rs, _without_zero_counters(status, keep=("replicas",)))
+        return None
+
+
+# -- helpers shared by the legacy-API controllers -----------------------------------------------------------
+def owner_reference(owner: dict) -> dict:
+    """A controller ownerReference to `owner` (blocking its foreground deletion, as controllers set it)."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned_pods(store: Store, owner: dict) -> list[dict]:
+    """The pods whose controller is `owner`, oldest first."""
+    uid = owner["metadata"]["uid"]
+    pods = [
+        p
+        for p in store.list(PODS, owner["metadata"]["namespace"])
+        if (controller_ref(p) or {}).get("uid") == uid
+    ]
+    return sorted(pods, key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+
+
+def create_pod(
+    store: Store,
+    owner: dict,
+    template: dict,
+    labels: dict[str, str],
+    *,
+    component: str,
+    name: str | None = None,
+) -> dict:
+    """A pod from a pod template, controlled by `owner`; named `<owner>-<5 random>` unless `name` is given.
+
+    When the API refuses it (a template without containers: 422), the Warning event `FailedCreate`
+    ("Error creating: <the API's message>") goes on the owner, as from Kubernetes' controllers, and the
+    error is raised: the reconcile loop tries again with backoff and no pod is stored."""
+    template = copy.deepcopy(template)
+    tmeta = template.get("metadata") or {}
+    metadata: dict[str, Any] = {
+        "labels": {**(tmeta.get("labels") or {}), **labels},
+        "ownerReferences": [owner_reference(owner)],
+    }
+    if name:
+        metadata["name"] = name
+    else:
+        metadata["generateName"] = f"{owner['metadata']['name']}-"
+    if tmeta.get("annotations"):
+        metadata["annotations"] = tmeta["annotations"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec") or {}}
+    try:
+        return store.create(PODS, owner["metadata"]["namespace"], pod)
+    except ApiError as exc:
+        if exc.code != 409:
+            record_event(store, owner, "Warning", "FailedCreate", f"Error creating: {exc.message}", component)
+        raise
+
+
+def get_live(store: Store, rt: ResourceType, namespace: str, name: str) -> dict | None:
+    """The object to reconcile, or None when it is gone or being deleted."""
+    try:
+        obj = store.get(rt, namespace, name)
+    except ApiError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return None if deleting(obj) else obj
+
+
+def create_quietly(store: Store, rt: ResourceType, namespace: str, obj: dict) -> dict | None:
+    """Create `obj`; None if it exists already (a controller that lost the race sees it on the next pass)."""
+    try:
+        return store.create(rt, namespace, obj)
+    except ApiError as exc:
+        if exc.code != 409:
+            raise
+        return None
+
+
+def delete_quietly(store: Store, rt: ResourceType, obj: dict) -> None:
+    """Delete `obj` unless it is gone already."""
+    try:
+        store.delete(rt, obj["metadata"]["namespace"], obj["metadata"]["name"])
+    except ApiError as exc:
+        if exc.code != 404:
+            raise
+
+
+def deleting(obj: dict) -> bool:
+    return bool(obj["metadata"].get("deletionTimestamp"))
+
+
+def is_active(pod: dict) -> bool:
+    return not deleting(pod) and phase(pod) not in ("Succeeded", "Failed")
+
+
+def is_ready(pod: dict) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def restart_count(pod: dict) -> int:
+    status = pod.get("status") or {}
+    containers = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    return sum(int(c.get("restartCount") or 0) for c in containers)
+
+
+def finished_condition(status: dict) -> str | None:
+    """`Complete` or `Failed` if the Job has that condition True."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return str(cond["type"])
+    return None
+
+
+def add_condition(status: dict, type_: str, reason: str, message: str) -> None:
+    now = now_rfc3339()
+    status.setdefault("conditions", []).append(
+        {
+            "type": type_,
+            "status": "True",
+            "lastProbeTime": now,
+            "lastTransitionTime": now,
+            "reason": reason,
+            "message": message,
+        }
+    )
+
+
+def _without_zero_counters(status: dict, keep: Iterable[str] = ("ready",)) -> dict:
+    """Go's `omitempty` on the int32 counters (pointer fields such as Job `ready` keep their zero)."""
+    kept = set(keep)
+    return {k: v for k, v in status.items() if not (v == 0 and k not in kept)}
+
+
+def folded_script(owner: dict, selectors: Iterable[str], override: dict | None = None) -> str | None:
+    """The owner's scripted timeline for one of its pods, as an annotation value for the pod template.
+
+    The scripted runtime picks steps by the pod's `...replica-type`/`...replica-index` labels and follows
+    controller ownerReferences to find the job's script. The legacy APIs label their pods otherwise (or,
+    EDL, own them through children without ownerReferences), so their controllers put the script on the pod
+    itself with the steps of `selectors` (the replica type, then `<type>-<index>`) merged into `default`.
+    `override` replaces the resulting default step (debug mode: sleep until deleted). The script is the
+    owner's annotation, else one registered for its name; an unparsable one is passed on for the runtime
+    to report.
+    """
+    meta = owner["metadata"]
+    text = (meta.get("annotations") or {}).get(ANNOTATION)
+    try:
+        script = parse_script(text) if text else registered_script(meta["namespace"], meta["name"])
+    except ScriptError:
+        return text
+    if script is None and override is None:
+        return None
+    lowered = {str(k).lower(): v for k, v in (script or {}).items()}
+    names = ["default", *(s.lower() for s in selectors)]
+    merged: dict[str, Any] = {}
+    for selector in names:
+        merged.update(lowered.pop(selector, None) or {})
+    if override is not None:
+        merged = {k: v for k, v in merged.items() if k not in ("attempts", "containers")} | override
+    return json.dumps({**lowered, "default": merged})
+
+
+def with_script(template: dict, script: str | None) -> dict:
+    """The pod template with the script annotation set (a copy), or unchanged without a script."""
+    if script is None:
+        return template
+    template = copy.deepcopy(template)
+    template.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION] = script
+    return template

@@ -1,0 +1,102 @@
+"""Patch types the API server accepts: JSON patch, merge patch, strategic merge patch (built-ins), apply."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import yaml
+
+from localkube.errors import ApiError
+
+STRATEGIC = "application/strategic-merge-patch+json"
+_SMP_MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+    "conditions": "type",
+    "containerStatuses": "name",
+    "ownerReferences": "uid",
+}
+UNSUPPORTED_PATCH_MSG = (
+    "the body of the request was in an unknown format - accepted media types include: "
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+)
+
+
+def merge_patch(target: Any, patch: Any, *, strategic: bool = False, key: str = "") -> Any:
+    """RFC 7386 merge patch; `strategic` merges known lists of objects by their merge key, as built-ins do."""
+    if strategic and isinstance(patch, list) and isinstance(target, list) and key in _SMP_MERGE_KEYS:
+        return _merge_list(target, patch, _SMP_MERGE_KEYS[key])
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = merge_patch(result.get(name), value, strategic=strategic, key=name)
+    return result
+
+
+def _merge_list(target: list, patch: list, merge_key: str) -> list:
+    merged = copy.deepcopy(target)
+    for item in patch:
+        if not isinstance(item, dict) or merge_key not in item:
+            merged.append(copy.deepcopy(item))
+            continue
+        index = next(
+            (
+                i
+                for i, old in enumerate(merged)
+                if isinstance(old, dict) and old.get(merge_key) == item[merge_key]
+            ),
+            None,
+        )
+        if item.get("$patch") == "delete":
+            if index is not None:
+                merged.pop(index)
+        elif index is None:
+            merged.append(merge_patch(None, item, strategic=True))
+        else:
+            merged[index] = merge_patch(merged[index], item, strategic=True)
+    return merged
+
+
+def apply_patch(current: dict, patch: Any, media: str) -> dict:
+    """The object `patch` (parsed, of media type `media`) makes of `current`; ApiError 400/415/422."""
+    if media == "application/json-patch+json":
+        if not isinstance(patch, list):
+            raise ApiError.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+        try:
+            result = jsonpatch.apply_patch(current, patch)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            raise ApiError(422, "Invalid", str(exc)) from exc
+        if not isinstance(result, dict):
+            raise ApiError(422, "Invalid", "the patch replaced the whole object with a non-object")
+        return result
+    if not isinstance(patch, dict):  # what the real server answers a JSON array sent as a merge patch
+        raise ApiError.bad_request("Invalid JSON Patch")
+    if media in ("application/merge-patch+json", "application/apply-patch+yaml"):
+        return merge_patch(current, patch)
+    if media == "application/strategic-merge-patch+json":
+        return merge_patch(current, patch, strategic=True)
+    raise ApiError(415, "UnsupportedMediaType", UNSUPPORTED_PATCH_MSG)
+
+
+def parse_patch_body(body: Any, media: str) -> Any:
+    if not isinstance(body, bytes | str):
+        return body
+    try:
+        if media == "application/apply-patch+yaml":
+            return yaml.safe_load(body)
+        return json.loads(body)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ApiError.bad_request(f"error decoding patch: {exc}") from exc

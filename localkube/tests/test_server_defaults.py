@@ -1,0 +1,146 @@
+"""Built-in defaults over HTTP: what the real client gets back is what a real API server would return."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+from localkube.cluster import LocalKube
+from localkube.defaults import JOB_NAME_LABEL, JOB_UID_LABEL
+from localkube.resources import REPLICASETS
+
+
+def _template(labels: dict[str, str], restart_policy: str | None = None) -> client.V1PodTemplateSpec:
+    return client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=labels),
+        spec=client.V1PodSpec(
+            restart_policy=restart_policy,
+            containers=[client.V1Container(name="main", image="busybox", ports=[client.V1ContainerPort(80)])],
+        ),
+    )
+
+
+def test_replica_set_comes_back_with_replicas_and_template_defaults(
+    kube: LocalKube, api_client: client.ApiClient
+) -> None:
+    apps = client.AppsV1Api(api_client)
+    body = client.V1ReplicaSet(
+        metadata=client.V1ObjectMeta(name="pserver"),
+        spec=client.V1ReplicaSetSpec(
+            selector=client.V1LabelSelector(match_labels={"app": "ps"}), template=_template({"app": "ps"})
+        ),
+    )
+    created = apps.create_namespaced_replica_set("default", body)
+    assert created.spec.replicas == 1 and created.status.replicas == 0
+    pod_spec = created.spec.template.spec
+    assert (pod_spec.restart_policy, pod_spec.termination_grace_period_seconds) == ("Always", 30)
+    assert (pod_spec.dns_policy, pod_spec.scheduler_name) == ("ClusterFirst", "default-scheduler")
+    container = pod_spec.containers[0]
+    assert (container.image_pull_policy, container.termination_message_path) == (
+        "Always",
+        "/dev/termination-log",
+    )
+    assert container.ports[0].protocol == "TCP"
+    assert pod_spec.service_account_name is None  # admission fills pods in, not templates
+
+    # a controller's status write without replicas still reads back with the never-omitted field
+    kube.store.update_status(REPLICASETS, "default", "pserver", {"observedGeneration": 1})
+    listed = apps.list_namespaced_replica_set("default").items
+    assert [(rs.status.replicas, rs.status.observed_generation) for rs in listed] == [(0, 1)]
+
+    current = apps.read_namespaced_replica_set("pserver", "default")
+    current.spec.replicas = 3
+    replaced = apps.replace_namespaced_replica_set("pserver", "default", current)
+    assert replaced.spec.replicas == 3 and replaced.status.replicas == 0
+
+
+def test_job_defaults_and_generated_selector(api_client: client.ApiClient) -> None:
+    batch = client.BatchV1Api(api_client)
+    body = client.V1Job(
+        metadata=client.V1ObjectMeta(name="trainer"),
+        spec=client.V1JobSpec(template=_template({"role": "trainer"}, restart_policy="Never")),
+    )
+    job = batch.create_namespaced_job("default", body)
+    spec = job.spec
+    assert (spec.completions, spec.parallelism, spec.backoff_limit) == (1, 1, 6)
+    assert (spec.completion_mode, spec.suspend, spec.pod_replacement_policy) == (
+        "NonIndexed",
+        False,
+        "TerminatingOrFailed",
+    )
+    uid = job.metadata.uid
+    assert spec.selector.match_labels == {JOB_UID_LABEL: uid}
+    assert spec.template.metadata.labels == {
+        "role": "trainer",
+        JOB_UID_LABEL: uid,
+        JOB_NAME_LABEL: "trainer",
+        "controller-uid": uid,
+        "job-name": "trainer",
+    }
+    assert job.metadata.labels == {"role": "trainer"}  # from the template as the user wrote it
+    assert spec.template.spec.restart_policy == "Never" and job.status is not None
+
+    queue = client.V1Job(
+        metadata=client.V1ObjectMeta(name="queue", labels={"own": "label"}),
+        spec=client.V1JobSpec(parallelism=3, manual_selector=True, template=_template({"q": "1"})),
+    )
+    work_queue = batch.create_namespaced_job("default", queue)
+    assert (work_queue.spec.completions, work_queue.spec.parallelism) == (None, 3)
+    assert work_queue.spec.selector is None and work_queue.metadata.labels == {"own": "label"}
+    # the real server would default Always here and refuse the Job; localkube leaves the field unset
+    assert work_queue.spec.template.spec.restart_policy is None
+
+
+@pytest.mark.parametrize(
+    ("image", "policy"),
+    [
+        ("busybox", "Always"),
+        ("busybox:latest", "Always"),
+        ("busybox:1.36", "IfNotPresent"),
+        ("registry.local:5000/team/img", "Always"),
+        ("registry.local:5000/team/img:v2", "IfNotPresent"),
+        ("busybox@sha256:" + "a" * 64, "IfNotPresent"),
+    ],
+)
+def test_image_pull_policy_follows_the_tag(core: client.CoreV1Api, image: str, policy: str) -> None:
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p"),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image=image)]),
+    )
+    assert core.create_namespaced_pod("default", pod).spec.containers[0].image_pull_policy == policy
+
+
+def _resources(**kinds: dict[str, str]) -> client.V1ResourceRequirements:
+    return client.V1ResourceRequirements(**kinds)
+
+
+@pytest.mark.parametrize(
+    ("resources", "qos"),
+    [
+        (None, "BestEffort"),
+        (_resources(requests={"cpu": "100m"}), "Burstable"),
+        (_resources(limits={"cpu": "1", "memory": "1Gi"}), "Guaranteed"),
+        (
+            _resources(requests={"cpu": "1000m", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"}),
+            "Guaranteed",
+        ),
+        (_resources(requests={"cpu": "500m"}, limits={"cpu": "1", "memory": "1Gi"}), "Burstable"),
+        (_resources(limits={"cpu": "1"}), "Burstable"),
+    ],
+)
+def test_pod_starts_pending_with_its_qos_class(
+    core: client.CoreV1Api, resources: client.V1ResourceRequirements | None, qos: str
+) -> None:
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="p"),
+        spec=client.V1PodSpec(
+            restart_policy="OnFailure",
+            containers=[client.V1Container(name="c", image="busybox:1", resources=resources)],
+        ),
+        status=client.V1PodStatus(phase="Running"),
+    )
+    created = core.create_namespaced_pod("default", pod)
+    assert (created.status.phase, created.status.qos_class) == ("Pending", qos)
+    spec = created.spec
+    assert (spec.restart_policy, spec.service_account_name, spec.priority) == ("OnFailure", "default", 0)
+    if resources is not None and resources.requests is None:  # a limit without a request requests it
+        assert spec.containers[0].resources.requests == resources.limits
