@@ -23,6 +23,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import aiohttp
 from airflow.sdk import BaseHook
 
+from airflow_provider_training.diagnostics import event_time
 from airflow_provider_training.hooks.connection import (
     DEFAULT_CONN_ID,
     KubeSettings,
@@ -411,15 +412,16 @@ class AsyncTrainingJobHook:
         *,
         uid: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Events about one object, oldest first. With ``uid``, only about that very object: events outlive
-        their objects, and a job (or pod) created again under the same name is another object."""
+        """Events about one object, oldest first (by ``diagnostics.event_time``, the one ordering of events).
+        With ``uid``, only about that very object: events outlive their objects, and a job (or pod) created
+        again under the same name is another object."""
         selector = f"involvedObject.name={involved_name}"
         if involved_kind:
             selector += f",involvedObject.kind={involved_kind}"
         if uid:
             selector += f",involvedObject.uid={uid}"
         items = (await self.list_objects(EVENTS, namespace, field_selector=selector))["items"]
-        return sorted(items, key=_event_time)
+        return sorted(items, key=event_time)
 
     async def read_log(
         self,
@@ -542,16 +544,6 @@ def _merge_into(merged: list[dict[str, Any]], items: list[dict[str, Any]]) -> No
         if key not in seen:
             seen.add(key)
             merged.append(obj)
-
-
-def _event_time(event: Mapping[str, Any]) -> str:
-    return str(
-        event.get("lastTimestamp")
-        or event.get("eventTime")
-        or event.get("firstTimestamp")
-        or event.get("metadata", {}).get("creationTimestamp")
-        or ""
-    )
 
 
 def _sync(
