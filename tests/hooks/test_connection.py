@@ -261,6 +261,12 @@ async def test_unknown_cluster_context_is_refused_naming_it(tmp_path, monkeypatc
         assert alpha.requests == beta.requests == []
 
 
+async def test_the_contexts_namespace_is_not_read(monkeypatch):
+    """As KubernetesHook: a job's namespace comes from the connection's extra, not the chosen context."""
+    conn = use_extras(monkeypatch, "ctx_ns", {"kube_config": KUBECONFIG, "cluster_context": "two"})
+    assert await AsyncTrainingJobHook(conn).get_namespace() == "default"
+
+
 @pytest.fixture
 def two_thread_clusters(tmp_path: Path) -> Iterator[tuple[LocalKube, LocalKube, Path]]:
     with LocalKube(runtime=None, controllers=[]) as alpha, LocalKube(runtime=None, controllers=[]) as beta:

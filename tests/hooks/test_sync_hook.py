@@ -141,7 +141,6 @@ def test_every_public_async_method_has_a_sync_twin_made_from_it():
         twin = getattr(TrainingJobHook, name, None)
         assert twin is not None, f"TrainingJobHook has no {name}(); add {name} = _sync(...) or say why not"
         assert inspect.unwrap(twin) is method, f"TrainingJobHook.{name} is not made from the async method"
-        assert inspect.signature(twin) == inspect.signature(method)
         assert not (inspect.iscoroutinefunction(twin) or inspect.isasyncgenfunction(twin))
 
 
