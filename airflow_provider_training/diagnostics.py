@@ -123,8 +123,23 @@ def counted_failures(kind: JobKind, status: JobStatus, pods: Iterable[RawObject]
 
 
 def event_time(event: RawObject) -> str:
-    """When an event last happened (RFC 3339; compares as text)."""
-    return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
+    """When an event last happened: RFC 3339 in UTC as the API writes it, so it sorts as text (``""``: never).
+
+    The order ``kubectl events`` sorts by: ``series.lastObservedTime`` (an events.k8s.io event seen again),
+    else ``lastTimestamp`` (a core/v1 recorder's last of ``count`` occurrences), else ``eventTime`` (an
+    events.k8s.io event seen once, which leaves the two core/v1 timestamps unset); then, for writers that set
+    none of these, ``firstTimestamp`` and the Event object's own ``metadata.creationTimestamp``.
+    """
+    for value in (
+        (event.get("series") or {}).get("lastObservedTime"),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        event.get("firstTimestamp"),
+        (event.get("metadata") or {}).get("creationTimestamp"),
+    ):
+        if value:
+            return str(value)
+    return ""
 
 
 def warning_events(events: Iterable[RawObject], limit: int = 10) -> list[dict[str, Any]]:

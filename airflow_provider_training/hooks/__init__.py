@@ -1,7 +1,8 @@
 """Kubernetes API access for training jobs: ``training.AsyncTrainingJobHook`` and its sync facade
 ``training.TrainingJobHook``, on the cncf.kubernetes ``kubernetes`` connection.
 
-Modules: ``connection`` (extras and client configuration), ``transport`` (raw HTTP over one aiohttp session),
-``retry`` (backoff policy), ``errors``, ``loop_thread`` (the facade's private event loop). Nothing is imported
-here, so importing the package stays cheap.
+Modules: ``parameters`` (the hooks' constructor parameters, written once), ``connection`` (extras and client
+configuration), ``transport`` (raw HTTP over one aiohttp session), ``retry`` (backoff policy), ``errors``,
+``loop_thread`` (the facade's private event loop). Nothing is imported here, so importing the package stays
+cheap.
 """

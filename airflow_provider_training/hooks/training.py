@@ -23,6 +23,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import aiohttp
 from airflow.sdk import BaseHook
 
+from airflow_provider_training.diagnostics import event_time
 from airflow_provider_training.hooks.connection import (
     DEFAULT_CONN_ID,
     KubeSettings,
@@ -33,6 +34,7 @@ from airflow_provider_training.hooks.connection import (
 )
 from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
 from airflow_provider_training.hooks.loop_thread import LoopThread
+from airflow_provider_training.hooks.parameters import HookParameters
 from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.transport import (
     MERGE_PATCH,
@@ -61,55 +63,27 @@ DEFAULT_PROPAGATION = "Foreground"
 FOLLOW_IDLE_TIMEOUT = 300.0
 
 
-class AsyncTrainingJobHook:
+class AsyncTrainingJobHook(HookParameters):
     """Kubernetes API access for training jobs on one ``kubernetes`` connection (sessions shared per loop).
 
-    ``connection_extras`` skips resolving the connection (the sync facade resolves it in the caller's thread).
-    Create the hook anywhere, use it on one event loop, and ``await close()`` when done.
+    Its parameters are :class:`HookParameters`' (``connection_extras`` skips resolving the connection: the
+    sync facade resolves it in the caller's thread). Create the hook anywhere, use it on one event loop, and
+    ``await close()`` when done.
     """
 
     default_conn_name = DEFAULT_CONN_ID
 
-    def __init__(
-        self,
-        kubernetes_conn_id: str | None = DEFAULT_CONN_ID,
-        *,
-        config_file: str | None = None,
-        cluster_context: str | None = None,
-        namespace: str | None = None,
-        connection_extras: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        request_timeout: float = 60.0,
-    ) -> None:
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.config_file = config_file
-        self.cluster_context = cluster_context
-        self.namespace = namespace
-        self.retry = retry or RetryPolicy()
-        self.request_timeout = request_timeout
-        self._extras = dict(connection_extras) if connection_extras is not None else None
+    def __post_init__(self) -> None:
+        self._extras = dict(self.connection_extras) if self.connection_extras is not None else None
         self._settings: KubeSettings | None = None
         self._transport: KubeTransport | None = None
         self._init_lock = asyncio.Lock()
 
     # -- configuration ---------------------------------------------------------------------------------------
 
-    @property
-    def connection_key(self) -> tuple[str | None, str | None, str | None]:
-        """What decides which cluster and credentials this hook uses (the watch hub shares watches by it)."""
-        return (self.kubernetes_conn_id, self.config_file, self.cluster_context)
-
     def copy(self) -> AsyncTrainingJobHook:
         """A new hook (with its own client) on the same connection and settings."""
-        return AsyncTrainingJobHook(
-            self.kubernetes_conn_id,
-            config_file=self.config_file,
-            cluster_context=self.cluster_context,
-            namespace=self.namespace,
-            connection_extras=self._extras,
-            retry=self.retry,
-            request_timeout=self.request_timeout,
-        )
+        return AsyncTrainingJobHook(**self.parameters(connection_extras=self._extras))
 
     async def get_settings(self) -> KubeSettings:
         """The merged cluster settings (connection resolved without blocking the loop)."""
@@ -411,15 +385,16 @@ class AsyncTrainingJobHook:
         *,
         uid: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Events about one object, oldest first. With ``uid``, only about that very object: events outlive
-        their objects, and a job (or pod) created again under the same name is another object."""
+        """Events about one object, oldest first (by ``diagnostics.event_time``, the one ordering of events).
+        With ``uid``, only about that very object: events outlive their objects, and a job (or pod) created
+        again under the same name is another object."""
         selector = f"involvedObject.name={involved_name}"
         if involved_kind:
             selector += f",involvedObject.kind={involved_kind}"
         if uid:
             selector += f",involvedObject.uid={uid}"
         items = (await self.list_objects(EVENTS, namespace, field_selector=selector))["items"]
-        return sorted(items, key=_event_time)
+        return sorted(items, key=event_time)
 
     async def read_log(
         self,
@@ -544,16 +519,6 @@ def _merge_into(merged: list[dict[str, Any]], items: list[dict[str, Any]]) -> No
             merged.append(obj)
 
 
-def _event_time(event: Mapping[str, Any]) -> str:
-    return str(
-        event.get("lastTimestamp")
-        or event.get("eventTime")
-        or event.get("firstTimestamp")
-        or event.get("metadata", {}).get("creationTimestamp")
-        or ""
-    )
-
-
 def _sync(
     method: Callable[Concatenate[AsyncTrainingJobHook, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[TrainingJobHook, P], R]:
@@ -578,8 +543,9 @@ def _sync_iter(
     return call
 
 
-class TrainingJobHook(BaseHook):
-    """Sync facade over :class:`AsyncTrainingJobHook`, for operators; the same methods, without ``await``.
+class TrainingJobHook(HookParameters, BaseHook):
+    """Sync facade over :class:`AsyncTrainingJobHook`, for operators; the same parameters
+    (:class:`HookParameters`) and the same methods, without ``await``.
 
     Each instance owns one private event loop in a daemon thread and one async hook (one ``ApiClient``) on it.
     The connection is resolved in the caller's thread. Call :meth:`close` (or use ``with``) when done.
@@ -590,23 +556,8 @@ class TrainingJobHook(BaseHook):
     conn_type = "kubernetes"
     hook_name = "Kubernetes training jobs"
 
-    def __init__(
-        self,
-        kubernetes_conn_id: str | None = DEFAULT_CONN_ID,
-        *,
-        config_file: str | None = None,
-        cluster_context: str | None = None,
-        namespace: str | None = None,
-        retry: RetryPolicy | None = None,
-        request_timeout: float = 60.0,
-    ) -> None:
-        super().__init__()
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.config_file = config_file
-        self.cluster_context = cluster_context
-        self.namespace = namespace
-        self.retry = retry
-        self.request_timeout = request_timeout
+    def __post_init__(self) -> None:
+        BaseHook.__init__(self)
         self._async_hook: AsyncTrainingJobHook | None = None
         self._loop: LoopThread | None = None
 
@@ -614,15 +565,10 @@ class TrainingJobHook(BaseHook):
     def async_hook(self) -> AsyncTrainingJobHook:
         """The async core this facade drives (connection resolved here, outside any event loop)."""
         if self._async_hook is None:
-            self._async_hook = AsyncTrainingJobHook(
-                self.kubernetes_conn_id,
-                config_file=self.config_file,
-                cluster_context=self.cluster_context,
-                namespace=self.namespace,
-                connection_extras=load_connection_extras_sync(self.kubernetes_conn_id),
-                retry=self.retry,
-                request_timeout=self.request_timeout,
-            )
+            extras = self.connection_extras
+            if extras is None:
+                extras = load_connection_extras_sync(self.kubernetes_conn_id)
+            self._async_hook = AsyncTrainingJobHook(**self.parameters(connection_extras=extras))
         return self._async_hook
 
     def _loop_thread(self) -> LoopThread:

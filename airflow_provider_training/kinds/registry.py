@@ -16,7 +16,6 @@ from airflow_provider_training.kinds.base import JobKind
 
 FAMILY_MODULES: tuple[str, ...] = (
     "airflow_provider_training.kinds.kubeflow",
-    # Written by other engineers; a module of this list that does not exist (yet) is skipped.
     "airflow_provider_training.kinds.mxnet_legacy",
     "airflow_provider_training.kinds.paddle_edl",
     "airflow_provider_training.kinds.tensorstack",
@@ -29,15 +28,8 @@ def all_kinds() -> list[JobKind]:
 
 
 def import_family_modules(module_names: Iterable[str]) -> list[ModuleType]:
-    """Import each module; one that does not exist is skipped, one whose own imports fail raises."""
-    modules = []
-    for module_name in module_names:
-        try:
-            modules.append(importlib.import_module(module_name))
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-    return modules
+    """Import each module (on first use, so that importing the registry stays cheap); every one must exist."""
+    return [importlib.import_module(module_name) for module_name in module_names]
 
 
 @cache

@@ -22,7 +22,6 @@ from airflow_provider_training.specs.errors import FieldErrors, SpecError
 
 SPEC_MODULES: tuple[str, ...] = (
     "airflow_provider_training.specs.kubeflow",
-    # Written by other engineers; a module of this list that does not exist (yet) is skipped.
     "airflow_provider_training.specs.mxnet_legacy",
     "airflow_provider_training.specs.paddle_edl",
     "airflow_provider_training.specs.tensorstack",

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_training.hooks.connection import (
@@ -14,6 +19,10 @@ from airflow_provider_training.hooks.connection import (
     load_connection_extras,
     load_connection_extras_sync,
 )
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
+from airflow_provider_training.kinds.base import PODS
+from airflow_provider_training.localkube.cluster import LocalKube
+from tests.hooks.kube_env import FAST_RETRY, local_cluster, rtype
 
 KUBECONFIG = {
     "apiVersion": "v1",
@@ -153,3 +162,125 @@ async def test_concurrent_lookups_of_one_connection_share_one_and_survive_a_canc
     assert first.cancelled()
     assert await load_connection_extras("ktest") == {"namespace": "ns1"}  # done: a new lookup
     assert started == ["ktest", "ktest"]
+
+
+# -- cluster_context: which of a kubeconfig's clusters requests reach ---------------------------------------
+
+
+def two_context_kubeconfig(alpha: LocalKube, beta: LocalKube) -> dict[str, Any]:
+    """A kubeconfig whose contexts ``alpha`` (the current one) and ``beta`` name two different localkubes,
+    each with its own token (so a request reaching one with the other's credentials would be refused)."""
+    clusters = {"alpha": alpha, "beta": beta}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": kube.url}} for name, kube in clusters.items()],
+        "users": [{"name": name, "user": {"token": kube.token}} for name, kube in clusters.items()],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}} for name in clusters],
+        "current-context": "alpha",
+    }
+
+
+def use_extras(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, Any]) -> str:
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
+    )
+    return conn_id
+
+
+def mark_with_a_pod(kube: LocalKube, name: str) -> None:
+    """A pod only this cluster has, so that reading it back proves which cluster answered."""
+    pod = {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    kube.store.create(rtype(kube, PODS), "default", pod)
+
+
+def pod_reads(kube: LocalKube) -> list[str]:
+    return [record.path for record in kube.requests if "/pods" in record.path]
+
+
+@contextlib.asynccontextmanager
+async def two_clusters(tmp_path: Path) -> AsyncIterator[tuple[LocalKube, LocalKube, Path]]:
+    async with local_cluster(tmp_path / "alpha") as alpha, local_cluster(tmp_path / "beta") as beta:
+        mark_with_a_pod(alpha, "on-alpha")
+        mark_with_a_pod(beta, "on-beta")
+        path = tmp_path / "two-contexts"
+        path.write_text(yaml.safe_dump(two_context_kubeconfig(alpha, beta)))
+        yield alpha, beta, path
+
+
+async def names_of_pods(hook: AsyncTrainingJobHook) -> list[str]:
+    try:
+        return [pod["metadata"]["name"] for pod in await hook.list_pods("default", "")]
+    finally:
+        await hook.close()
+
+
+@pytest.mark.parametrize(
+    ("config_extra", "context_extra"),
+    [
+        ("kube_config_path", "cluster_context"),
+        ("kube_config", "cluster_context"),
+        ("kube_config_path", "extra__kubernetes__cluster_context"),
+    ],
+)
+async def test_cluster_context_extra_chooses_the_cluster_requests_reach(
+    tmp_path, monkeypatch, config_extra, context_extra
+):
+    async with two_clusters(tmp_path) as (alpha, beta, path):
+        extra = {config_extra: str(path) if config_extra == "kube_config_path" else path.read_text()}
+        chosen = use_extras(monkeypatch, "two_beta", {**extra, context_extra: "beta"})
+        current = use_extras(monkeypatch, "two_current", extra)
+
+        assert await names_of_pods(AsyncTrainingJobHook(chosen, retry=FAST_RETRY)) == ["on-beta"]
+        assert (len(pod_reads(alpha)), len(pod_reads(beta))) == (0, 1)
+        # The same kubeconfig without the extra: its current context, in the same process (the configuration
+        # shared per cluster settings is not the other context's).
+        assert await names_of_pods(AsyncTrainingJobHook(current, retry=FAST_RETRY)) == ["on-alpha"]
+        assert (len(pod_reads(alpha)), len(pod_reads(beta))) == (1, 1)
+
+
+async def test_hook_cluster_context_argument_wins_over_the_extra(tmp_path, monkeypatch):
+    async with two_clusters(tmp_path) as (alpha, beta, path):
+        conn = use_extras(monkeypatch, "two_beta", {"kube_config_path": str(path), "cluster_context": "beta"})
+
+        hook = AsyncTrainingJobHook(conn, cluster_context="alpha", retry=FAST_RETRY)
+        assert await names_of_pods(hook) == ["on-alpha"]
+        assert (len(pod_reads(alpha)), len(pod_reads(beta))) == (1, 0)
+
+
+async def test_unknown_cluster_context_is_refused_naming_it(tmp_path, monkeypatch):
+    async with two_clusters(tmp_path) as (alpha, beta, path):
+        conn = use_extras(
+            monkeypatch, "two_gamma", {"kube_config_path": str(path), "cluster_context": "gamma"}
+        )
+
+        with pytest.raises(
+            ConnectionConfigError, match=r"no context named 'gamma' \(it has \['alpha', 'beta'\]\)"
+        ):
+            await names_of_pods(AsyncTrainingJobHook(conn, retry=FAST_RETRY))
+        assert alpha.requests == beta.requests == []
+
+
+async def test_the_contexts_namespace_is_not_read(monkeypatch):
+    """As KubernetesHook: a job's namespace comes from the connection's extra, not the chosen context."""
+    conn = use_extras(monkeypatch, "ctx_ns", {"kube_config": KUBECONFIG, "cluster_context": "two"})
+    assert await AsyncTrainingJobHook(conn).get_namespace() == "default"
+
+
+@pytest.fixture
+def two_thread_clusters(tmp_path: Path) -> Iterator[tuple[LocalKube, LocalKube, Path]]:
+    with LocalKube(runtime=None, controllers=[]) as alpha, LocalKube(runtime=None, controllers=[]) as beta:
+        for kube, name in ((alpha, "on-alpha"), (beta, "on-beta")):
+            kube.call(mark_with_a_pod, kube, name)
+        path = tmp_path / "two-contexts"
+        path.write_text(yaml.safe_dump(two_context_kubeconfig(alpha, beta)))
+        yield alpha, beta, path
+
+
+def test_sync_hook_passes_cluster_context_on(two_thread_clusters, monkeypatch):
+    alpha, beta, path = two_thread_clusters
+    conn = use_extras(monkeypatch, "two_current", {"kube_config_path": str(path)})
+
+    with TrainingJobHook(conn, cluster_context="beta", retry=FAST_RETRY) as hook:
+        assert [pod["metadata"]["name"] for pod in hook.list_pods("default", "")] == ["on-beta"]
+    assert (len(pod_reads(alpha)), len(pod_reads(beta))) == (0, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 
 import pytest
@@ -16,6 +17,14 @@ from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.kube_env import FAST_RETRY, job_body, pod_manifest, requests_to, rtype
 
 PYTORCH = get_kind("PyTorchJob")
+
+# The async hook's public coroutine methods that have no sync twin, and why.
+ASYNC_ONLY = {
+    "close": "the facade's own close() also stops its private loop",
+    "transport": "the transport's sessions live on the private loop; code outside it cannot use them",
+    "get_settings": "the facade resolves the connection itself; async_hook.get_settings() is there",
+    "watch_objects": "watches are read on an event loop (watch.WatchHub); sync code waits with run_inline",
+}
 
 
 @pytest.fixture
@@ -115,3 +124,42 @@ def test_children_and_replica_pods_without_await(thread_kube, sync_hook):
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(created["pods"])
     assert sync_hook.delete_job(edl, "example", "default") is False  # no TrainingJob; its children go
     assert sync_hook.list_job_pods(edl, "example", "default") == []
+
+
+def test_every_public_async_method_has_a_sync_twin_made_from_it():
+    """No hand-kept sync copy: each twin is ``_sync(AsyncTrainingJobHook.<name>)`` (or ``_sync_iter``)."""
+    methods = {
+        name: method
+        for name, method in inspect.getmembers(AsyncTrainingJobHook)
+        if not name.startswith("_")
+        and (inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method))
+    }
+    assert ASYNC_ONLY.keys() <= methods.keys()
+    for name, method in methods.items():
+        if name in ASYNC_ONLY:
+            continue
+        twin = getattr(TrainingJobHook, name, None)
+        assert twin is not None, f"TrainingJobHook has no {name}(); add {name} = _sync(...) or say why not"
+        assert inspect.unwrap(twin) is method, f"TrainingJobHook.{name} is not made from the async method"
+        assert not (inspect.iscoroutinefunction(twin) or inspect.isasyncgenfunction(twin))
+
+
+def test_both_hooks_take_the_same_parameters_and_pass_every_one_on():
+    assert inspect.signature(TrainingJobHook) == inspect.signature(AsyncTrainingJobHook)
+    given = {
+        "config_file": "/etc/kubeconfig",
+        "cluster_context": "training",
+        "namespace": "ml",
+        "connection_extras": {"namespace": "from-extras"},  # resolved already: no connection lookup
+        "retry": FAST_RETRY,
+        "request_timeout": 5.0,
+    }
+    sync = TrainingJobHook("no_such_connection", **given)
+    try:
+        expected = {"kubernetes_conn_id": "no_such_connection", **given}
+        assert sync.parameters() == sync.async_hook.parameters() == expected
+        assert sync.async_hook.copy().parameters() == expected
+        assert sync.get_namespace() == "ml"
+    finally:
+        sync.close()
+    assert "from-extras" not in repr(sync)  # extras may hold credentials

@@ -214,6 +214,49 @@ async def test_events_about_an_object(kube, hook):
     assert [(e["reason"], e["message"]) for e in events] == [("FailedScheduling", "0/1 nodes are available")]
 
 
+async def test_events_come_oldest_first_by_when_each_last_happened(kube, hook):
+    """One ordering for events from both recorders: series.lastObservedTime, lastTimestamp, eventTime,
+    firstTimestamp, then the Event's creationTimestamp (the order ``kubectl events`` sorts by)."""
+    from airflow_provider_training.diagnostics import event_time
+    from airflow_provider_training.kinds.base import EVENTS
+
+    def event(name: str, **times: object) -> dict:
+        involved = {"kind": "Pod", "name": "p0", "namespace": "default"}
+        return {"metadata": {"name": name}, "involvedObject": involved, "reason": name, **times}
+
+    written = [
+        event("unstamped"),  # only the server's creationTimestamp: now, after every time below
+        event("legacy-repeated", firstTimestamp="2026-01-01T10:00:00Z", lastTimestamp="2026-01-01T10:00:05Z"),
+        event(
+            "new-repeated",
+            eventTime="2026-01-01T10:00:01.000000Z",
+            series={"count": 3, "lastObservedTime": "2026-01-01T10:00:09.000000Z"},
+        ),
+        event("new-once", eventTime="2026-01-01T10:00:03.500000Z"),
+        event("first-only", firstTimestamp="2026-01-01T10:00:04Z"),
+    ]
+    for obj in written:
+        kube.store.create(rtype(kube, EVENTS), "default", obj)
+
+    events = await hook.list_events("default", "p0", "Pod")
+
+    assert [e["reason"] for e in events] == [
+        "new-once",
+        "first-only",
+        "legacy-repeated",
+        "new-repeated",
+        "unstamped",
+    ]
+    assert [event_time(e) for e in events][:4] == [
+        "2026-01-01T10:00:03.500000Z",
+        "2026-01-01T10:00:04Z",
+        "2026-01-01T10:00:05Z",
+        "2026-01-01T10:00:09.000000Z",
+    ]
+    assert event_time(events[-1]) == events[-1]["metadata"]["creationTimestamp"]
+    assert event_time({}) == ""
+
+
 def _running_pod(kube, name="logpod"):
     pod = pod_manifest(PYTORCH, "logjob", "Master", 0)
     pod["metadata"]["name"] = name

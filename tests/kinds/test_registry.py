@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from airflow_provider_training.kinds import all_kinds, get_kind
-from airflow_provider_training.kinds.registry import FAMILY_MODULES
+from airflow_provider_training.kinds.registry import FAMILY_MODULES, import_family_modules
 
 KUBEFLOW = {
     "TFJob": ("tfjobs", "tfReplicaSpecs", "tensorflow"),
@@ -66,3 +66,27 @@ def test_importing_kinds_loads_no_client_and_no_pydantic():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_every_family_module_exists_and_gives_kinds():
+    modules = import_family_modules(FAMILY_MODULES)
+    assert [module.__name__ for module in modules] == list(FAMILY_MODULES)
+    assert all(module.KINDS for module in modules)
+    assert [kind for module in modules for kind in module.KINDS] == all_kinds()
+
+
+def test_a_listed_module_that_does_not_exist_is_an_error_not_skipped():
+    with pytest.raises(ModuleNotFoundError, match=r"kinds\.no_such_family"):
+        import_family_modules(["airflow_provider_training.kinds.no_such_family"])
+
+
+def test_family_modules_are_imported_on_the_first_lookup_only():
+    code = (
+        "import sys, airflow_provider_training.kinds as k\n"
+        f"families = {list(FAMILY_MODULES)!r}\n"
+        "print(sum(m in sys.modules for m in families), end=' ')\n"
+        "k.get_kind('PyTorchJob')\n"
+        "print(sum(m in sys.modules for m in families))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", str(len(FAMILY_MODULES))]

@@ -11,11 +11,11 @@ import yaml
 
 from airflow_provider_training.operators import TrainingJobOperator
 from airflow_provider_training.specs import SpecError
+from tests.fixtures import examples
 from tests.operators.harness import make_context, run_operator
 
 pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machine
-EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "examples"
-FILES = sorted(EXAMPLES.glob("*/*.yaml"))
+FILES = examples()
 # Long enough for the wait to see the pods: v1alpha1 MXJob deletes them as soon as the chief is done.
 QUICK = json.dumps({"default": {"duration": 0.5, "logs": ["replica says hello"]}})
 
@@ -28,7 +28,6 @@ def example(path: Path) -> dict:
     return job
 
 
-@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
 @pytest.mark.parametrize("path", [f for f in FILES if "debug" not in f.name], ids=lambda p: p.stem)
 def test_upstream_example_succeeds(cluster, path, capsys):
     job = example(path)
@@ -41,7 +40,6 @@ def test_upstream_example_succeeds(cluster, path, capsys):
     assert "replica says hello" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
 def test_a_target_the_job_can_never_reach_is_refused_before_any_request(cluster):
     path = next(f for f in FILES if "debug" in f.name)
     requests = len(cluster.requests)

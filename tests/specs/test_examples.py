@@ -8,12 +8,11 @@ import pytest
 import yaml
 
 from airflow_provider_training.specs import load_job, parse_job
+from tests.fixtures import EXAMPLES, examples
 
-EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "examples" / "kubeflow-v1"
-FILES = sorted(EXAMPLES.glob("*.yaml")) if EXAMPLES.is_dir() else []
+FILES = examples("kubeflow-v1")
 
 
-@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
 @pytest.mark.parametrize("path", FILES, ids=[path.name for path in FILES])
 def test_upstream_example_loads_unchanged(path: Path):
     original = yaml.safe_load(path.read_text())
@@ -22,15 +21,13 @@ def test_upstream_example_loads_unchanged(path: Path):
     assert load_job(path.read_text()) == original
 
 
-@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
 def test_examples_cover_every_kind_but_jax():
     kinds = {yaml.safe_load(path.read_text())["kind"] for path in FILES}
     assert kinds >= {"TFJob", "PyTorchJob", "MXJob", "XGBoostJob", "PaddleJob", "MPIJob"}
 
 
-@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
 def test_example_models_know_their_replicas():
-    model = parse_job(EXAMPLES / "mpi_tensorflow-mnist.yaml")
+    model = parse_job(EXAMPLES / "kubeflow-v1" / "mpi_tensorflow-mnist.yaml")
     assert [(r.type, r.count, r.indexed) for r in model.replicas()] == [
         ("Launcher", 1, False),
         ("Worker", 2, True),

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_provider_training.kinds import get_kind
-from airflow_provider_training.specs import PyTorchJob, SpecError, load_job
+from airflow_provider_training.kinds import all_kinds, get_kind
+from airflow_provider_training.kinds.registry import import_family_modules
+from airflow_provider_training.specs import PyTorchJob, SpecError, load_job, model_for
+from airflow_provider_training.specs.loader import SPEC_MODULES
 from tests.specs.helpers import pytorch, refused
 
 
@@ -216,3 +218,11 @@ def test_a_kind_without_a_spec_model_is_checked_for_its_name_only(monkeypatch):
     assert load_job(job) == job
     job["metadata"]["name"] = "D"
     refused(job, "metadata.name", "DNS-1035")
+
+
+def test_every_spec_module_exists_and_models_known_kinds():
+    modules = import_family_modules(SPEC_MODULES)
+    assert [module.__name__ for module in modules] == list(SPEC_MODULES)
+    known = {(kind.api_version, kind.kind): kind for kind in all_kinds()}
+    for model in (model for module in modules for model in module.MODELS):
+        assert model_for(known[model.API_VERSION, model.KIND]) is model

@@ -14,13 +14,12 @@ from airflow_provider_training.kinds import get_kind
 from airflow_provider_training.specs import build_job, load_job, parse_job
 from airflow_provider_training.specs.kubeflow import MXJob as KubeflowMXJob
 from airflow_provider_training.specs.mxnet_legacy import MxJob, MXJobV1Alpha1
+from tests.fixtures import examples
 from tests.specs.helpers import container, refused
 
-EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "examples" / "mxnet-legacy"
-FILES = sorted(EXAMPLES.glob("*.yaml")) if EXAMPLES.is_dir() else []
+FILES = examples("mxnet-legacy")
 
 
-@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
 @pytest.mark.parametrize("path", FILES, ids=[path.name for path in FILES])
 def test_upstream_example_loads_unchanged(path: Path):
     original = yaml.safe_load(path.read_text())

@@ -5,25 +5,16 @@ from __future__ import annotations
 
 import copy
 import logging
-from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from airflow_provider_training.specs import load_job, parse_job
 from airflow_provider_training.specs.paddle_edl import TrainingJob
+from tests.fixtures import EXAMPLES
 from tests.specs.helpers import refused
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "reference"
-    / "examples"
-    / "paddle-edl"
-    / "fit_a_line_examplejob.yaml"
-)
+EXAMPLE = EXAMPLES / "paddle-edl" / "fit_a_line_examplejob.yaml"
 
 
 def minimal(**spec: Any) -> dict[str, Any]:
@@ -36,7 +27,6 @@ def minimal(**spec: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.skipif(not EXAMPLE.is_file(), reason=f"no upstream example at {EXAMPLE}")
 def test_upstream_example_loads_with_passes_moved(caplog):
     original = yaml.safe_load(EXAMPLE.read_text())
     with caplog.at_level(logging.WARNING, logger="airflow_provider_training.specs.paddle_edl"):

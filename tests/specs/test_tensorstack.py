@@ -12,14 +12,13 @@ import yaml
 from airflow_provider_training.kinds import get_kind
 from airflow_provider_training.specs import build_job, load_job, model_for, parse_job
 from airflow_provider_training.specs.tensorstack import PyTorchTrainingJob, TensorFlowTrainingJob
+from tests.fixtures import examples
 from tests.specs.helpers import container, refused
 
-EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "examples" / "t9k"
-FILES = sorted(EXAMPLES.glob("*.yaml")) if EXAMPLES.is_dir() else []
+FILES = examples("t9k")
 API = "batch.tensorstack.dev/v1beta1"
 
 
-@pytest.mark.skipif(not FILES, reason=f"no upstream examples at {EXAMPLES}")
 @pytest.mark.parametrize("path", FILES, ids=[path.name for path in FILES])
 def test_upstream_example_loads_unchanged(path: Path):
     original = yaml.safe_load(path.read_text())
