@@ -11,7 +11,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from localkube.cluster import LocalKube
 
-CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds" / "kubeflow.org-v1"
+CRDS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "crds" / "kubeflow.org-v1"
 
 
 @pytest.fixture

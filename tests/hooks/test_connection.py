@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow_provider_training.localkube.cluster import LocalKube
 
 from airflow_provider_training.hooks.connection import (
     ConnectionConfigError,
@@ -21,7 +22,6 @@ from airflow_provider_training.hooks.connection import (
 )
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
 from airflow_provider_training.kinds.base import PODS
-from airflow_provider_training.localkube.cluster import LocalKube
 from tests.hooks.kube_env import FAST_RETRY, local_cluster, rtype
 
 KUBECONFIG = {

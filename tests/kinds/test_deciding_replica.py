@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from airflow_provider_training.kinds import get_kind
-from tests.upstream_examples import upstream_example
+from tests.fixtures import upstream_example
 
 MXJOB_TUNE = """
 apiVersion: kubeflow.org/v1
@@ -37,7 +37,11 @@ def t9k(kind: str, **counts: int) -> dict:
 
 V1 = "kubeflow.org/v1"
 CASES = [
-    ("PaddleJob upstream simple-cpu (Worker only)", upstream_example("paddle-simple-cpu.yaml"), "Worker"),
+    (
+        "PaddleJob upstream simple-cpu (Worker only)",
+        upstream_example("kubeflow-v1", "paddlepaddle_simple-cpu.yaml"),
+        "Worker",
+    ),
     (
         "PaddleJob with Master",
         job("PaddleJob", V1, replicas("paddleReplicaSpecs", Master=1, Worker=2)),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_training import operators
+from tests.fixtures import upstream_example
 from tests.operators.harness import KIND_BY_NAME, MODES, make_context, manifest, run_operator
-from tests.upstream_examples import upstream_example
 
 pytestmark = pytest.mark.timeout(30)
 SCRIPT = {"default": {"duration": 0.1, "logs": ["{type}-{index} says hi"]}}
@@ -16,7 +16,7 @@ SCRIPT = {"default": {"duration": 0.1, "logs": ["{type}-{index} says hi"]}}
 
 @pytest.mark.parametrize("mode", MODES)
 def test_paddle_workers_only_streams_the_workers(cluster, mode, capsys):
-    job = upstream_example("paddle-simple-cpu.yaml", script=SCRIPT, namespace="default")
+    job = upstream_example("kubeflow-v1", "paddlepaddle_simple-cpu.yaml", script=SCRIPT, namespace="default")
     job["metadata"]["name"] = f"paddle-simple-{mode[:4]}"
     op = operators.PaddleJobOperator(task_id="train", job=job, poll_interval=0.2)
 
