@@ -54,6 +54,11 @@ class Kubelet:
     """Base class of the pod runtimes; subclasses implement :meth:`launch`."""
 
     first_backoff, max_backoff = 0.05, 2.0
+    # In-process the kubelet drives every pod and binds it to `localkube` (no Node object). An agent sets its
+    # node's name and `own_node_only`: it then takes only unscheduled pods (binding them through the API) and
+    # pods bound to its node.
+    node_name = NODE_NAME
+    own_node_only = False
 
     def __init__(self) -> None:
         self.instances: dict[str, PodInstance] = {}
@@ -104,7 +109,7 @@ class Kubelet:
 
     def _start(self, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
-        if uid in self.instances:
+        if uid in self.instances or not self._mine(pod):
             return
         try:
             inst = PodInstance(pod)
@@ -113,6 +118,9 @@ class Kubelet:
             return
         self.instances[uid] = inst
         self.tasks[uid] = asyncio.create_task(self._drive(inst), name=f"pod {inst.namespace}/{inst.name}")
+
+    def _mine(self, pod: dict) -> bool:
+        return not self.own_node_only or (pod.get("spec") or {}).get("nodeName") in (None, "", self.node_name)
 
     def _stop(self, uid: str) -> None:
         inst = self.instances.pop(uid, None)
@@ -131,18 +139,12 @@ class Kubelet:
             await self.schedule(inst)
             inst.schedule()
             self._check_current(inst)
-            self.store.patch(  # the scheduler's binding
-                PODS,
-                inst.namespace,
-                inst.name,
-                {"spec": {"nodeName": NODE_NAME}},
-                "application/merge-patch+json",
-            )
+            self._bind(inst)
             self.event(
                 inst,
                 "Normal",
                 "Scheduled",
-                f"Successfully assigned {inst.namespace}/{inst.name} to {NODE_NAME}",
+                f"Successfully assigned {inst.namespace}/{inst.name} to {self.node_name}",
                 component="default-scheduler",
             )
             self.publish(inst)
@@ -162,6 +164,20 @@ class Kubelet:
             pass
         except* Exception as group:
             self._crashed(inst.pod, inst, group.exceptions[0])
+
+    def _bind(self, inst: PodInstance) -> None:
+        """The scheduler's binding, unless the pod is on this node already (an agent picking up its pods)."""
+        spec = inst.pod.setdefault("spec", {})
+        if self.own_node_only and spec.get("nodeName") == self.node_name:
+            return
+        try:
+            self.store.bind_pod(inst.namespace, inst.name, self.node_name)
+        except ApiError as exc:
+            if exc.code == 409:  # another scheduler bound it first: not this node's pod
+                inst.alive = False
+                raise PodGone from exc
+            raise
+        spec["nodeName"] = self.node_name  # what the downward API's spec.nodeName reads
 
     def _crashed(self, pod: dict, inst: PodInstance | None, exc: BaseException) -> None:
         """An unexpected error while driving one pod: logged, a Warning event on the pod, and the pod Failed
