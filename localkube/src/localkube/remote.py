@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REQUEST_SECONDS = 60  # the longest a write or a LIST may take
 WATCH_SECONDS = 300  # each watch asks the server to end it after this long; it is then resumed
 RETRY_SECONDS = 1.0
 MAX_TOMBSTONES = 10_000
@@ -173,7 +174,6 @@ class RemoteApi:
             client_configuration=configuration,
         )
         configuration.connection_pool_maxsize = len(types) + 8  # every watch holds a connection
-        configuration.retries = 0
         return cls(client.ApiClient(configuration), types)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -228,6 +228,7 @@ class RemoteApi:
         stream: bool = False,
     ) -> Any:
         """One API call: the decoded JSON answer, or (stream=True) the open response. ApiError on failure."""
+        import urllib3
         from kubernetes.client.rest import ApiException
 
         headers = {"Accept": "application/json"}
@@ -243,9 +244,12 @@ class RemoteApi:
                 auth_settings=["BearerToken"],
                 _preload_content=False,
                 _return_http_data_only=True,
+                _request_timeout=None if stream else REQUEST_SECONDS,
             )
         except ApiException as exc:
             raise _api_error(exc) from None
+        except urllib3.exceptions.HTTPError as exc:  # no answer: the server is down or unreachable
+            raise ApiError(503, "ServiceUnavailable", f"{method} {path}: {exc}") from None
         if stream:
             return response
         return json.loads(response.data or b"{}")
