@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -150,3 +150,40 @@ def test_a_relist_deletes_what_the_server_no_longer_has() -> None:
         ("fresh", ""),
         ("kept", "new"),
     ]
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Wait for a condition the test cannot be told about (a request the server saw), at most 10 s."""
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no {what} within 10 s")
+
+
+async def test_the_mirror_relists_after_an_expired_watch_and_resumes_after_a_restart(
+    kube: LocalKube, remote: RemoteApi
+) -> None:
+    def lists() -> int:
+        return sum(1 for r in kube.requests if r.path.endswith("/configmaps") and "watch" not in r.query)
+
+    sub = remote.subscribe(CONFIGMAPS)
+    kube.store.create(CONFIGMAPS, "default", {"metadata": {"name": "doomed"}})
+    assert (await changes_until(sub, "doomed"))[-1][:2] == ("ADDED", "doomed")
+    kube.faults.expire_watch(1, resource="configmaps")
+    kube.faults.end_watches()
+    await until(lambda: lists() == 2, "second LIST of configmaps after the 410")
+    kube.store.delete(CONFIGMAPS, "default", "doomed")
+    kube.store.create(CONFIGMAPS, "default", {"metadata": {"name": "after-expiry"}})
+    assert [(t, n) for t, n, _ in await changes_until(sub, "after-expiry")] == [
+        ("DELETED", "doomed"),
+        ("ADDED", "after-expiry"),
+    ]
+
+    await asyncio.to_thread(kube.faults.restart)  # every connection cut: each watch resumes from its version
+    kube.store.create(CONFIGMAPS, "default", {"metadata": {"name": "after-restart"}})
+
+    assert [(t, n) for t, n, _ in await changes_until(sub, "after-restart")] == [("ADDED", "after-restart")]
+    assert lists() == 2  # resumed, not listed again
+    names = [o["metadata"]["name"] for o in remote.list(CONFIGMAPS, "default")]
+    assert names == ["after-expiry", "after-restart"]
