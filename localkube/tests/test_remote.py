@@ -187,3 +187,21 @@ async def test_the_mirror_relists_after_an_expired_watch_and_resumes_after_a_res
     assert lists() == 2  # resumed, not listed again
     names = [o["metadata"]["name"] for o in remote.list(CONFIGMAPS, "default")]
     assert names == ["after-expiry", "after-restart"]
+
+
+async def test_a_delete_held_by_a_finalizer_keeps_the_object(kube: LocalKube, remote: RemoteApi) -> None:
+    sub = remote.subscribe(CONFIGMAPS)
+    remote.create(CONFIGMAPS, "default", {"metadata": {"name": "held", "finalizers": ["example.com/hold"]}})
+    remote.delete(CONFIGMAPS, "default", "held")
+
+    assert remote.get(CONFIGMAPS, "default", "held")["metadata"]["deletionTimestamp"]
+    kube.store.patch(CONFIGMAPS, "default", "held", {"metadata": {"finalizers": None}}, MERGE)
+    kube.store.create(CONFIGMAPS, "default", {"metadata": {"name": "marker"}})
+
+    assert [(t, n) for t, n, _ in await changes_until(sub, "marker")] == [
+        ("ADDED", "held"),
+        ("MODIFIED", "held"),  # the deletionTimestamp
+        ("DELETED", "held"),  # the finalizer removed: through the watch
+        ("ADDED", "marker"),
+    ]
+    assert [o["metadata"]["name"] for o in remote.list(CONFIGMAPS, "default")] == ["marker"]
