@@ -117,6 +117,12 @@ async def test_the_agent_binds_unscheduled_pods_and_leaves_other_nodes_pods(
     assert events["free", "Scheduled"] == f"Successfully assigned default/free to {NODE}"
     assert ("free", "Started") in events
     assert [name for name, _ in events if name == "elsewhere"] == []
+    # the kubelet's writes, as a real kubelet and scheduler send them
+    writes = {(r.method, r.path) for r in kube.write_requests()}
+    pod = "/api/v1/namespaces/default/pods/free"
+    assert {("POST", f"{pod}/binding"), ("PATCH", f"{pod}/status")} <= writes
+    assert ("POST", "/api/v1/namespaces/default/events") in writes
+    assert not any("elsewhere" in path for _, path in writes)
 
 
 async def test_logs_through_the_kubelet_endpoint_and_the_servers_proxy(
