@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import secrets
 import threading
 from collections.abc import Callable
@@ -19,8 +18,6 @@ from localkube.podlogs import PodLogs
 from localkube.resources import NAMESPACES, ResourceType
 from localkube.server import RequestRecord, build_app
 from localkube.store import ApiError, Store
-
-log = logging.getLogger(__name__)
 
 
 class LocalKube:
