@@ -29,6 +29,7 @@ from localkube.runtime import ANNOTATION, close_gate, open_gate
 from localkube.subscriptions import Subscription
 
 NODE = "agent-node"
+MERGE = "application/merge-patch+json"
 
 
 def bare_pod(name: str, script: dict | None = None, **spec: Any) -> dict:
@@ -123,6 +124,37 @@ async def test_the_agent_binds_unscheduled_pods_and_leaves_other_nodes_pods(
     assert {("POST", f"{pod}/binding"), ("PATCH", f"{pod}/status")} <= writes
     assert ("POST", "/api/v1/namespaces/default/events") in writes
     assert not any("elsewhere" in path for _, path in writes)
+
+
+async def test_the_agent_deletes_a_deleted_pod_of_its_node_once_its_containers_stopped(
+    kube: LocalKube, agent: Agent
+) -> None:
+    """As a real kubelet confirms a graceful deletion: DELETE with gracePeriodSeconds 0 and the pod's uid.
+    localkube deletes pods at once, so a finalizer holds this one to make the moment observable."""
+    sub = agent.store.subscribe(PODS)
+    pod = bare_pod("held", {"default": {"duration": None}})
+    pod["metadata"]["finalizers"] = ["example.com/hold"]
+    kube.store.create(PODS, "default", pod)
+    await pod_until(sub, "held", running)
+    path = "/api/v1/namespaces/default/pods/held"
+
+    kube.store.delete(PODS, "default", "held")
+    for _ in range(1000):  # the request the server saw: nothing else tells the test
+        if ("DELETE", path) in {(r.method, r.path) for r in kube.requests}:
+            break
+        await asyncio.sleep(0.01)
+    kube.store.patch(
+        PODS, "default", "held", {"metadata": {"finalizers": None}}, "application/merge-patch+json"
+    )
+
+    async def gone() -> None:
+        async for event in sub:
+            if event.type == "DELETED" and event.object["metadata"]["name"] == "held":
+                return
+
+    await asyncio.wait_for(gone(), 30)
+    assert [r.path for r in kube.requests if r.method == "DELETE"] == [path]  # once
+    assert agent.kubelet is not None and agent.kubelet.instances == {}  # its container stopped
 
 
 async def test_logs_through_the_kubelet_endpoint_and_the_servers_proxy(

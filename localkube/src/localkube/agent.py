@@ -71,6 +71,7 @@ class Agent:
         self.api = RemoteApi.from_kubeconfig(kubeconfig, types, context=context)
         self.logs = PodLogs()
         self.task_errors: list[BaseException] = []
+        self.kubelet: Any = None  # the pod runtime, once started
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
 
@@ -94,9 +95,9 @@ class Agent:
 
             await self._serve_kubelet()
             self.register_node()
-            kubelet: Any = make_runtime(self.runtime)
-            kubelet.node_name, kubelet.own_node_only = self.node_name, True
-            workers.append(kubelet)
+            self.kubelet = make_runtime(self.runtime)
+            self.kubelet.node_name, self.kubelet.own_node_only = self.node_name, True
+            workers.append(self.kubelet)
         self._tasks = [asyncio.create_task(supervise(w, self, self.task_errors)) for w in workers]
 
     async def _serve_kubelet(self) -> None:

@@ -82,6 +82,7 @@ class ClusterApi(Protocol):
         name: str,
         propagation_policy: str | None = None,
         preconditions: dict | None = None,
+        grace_period_seconds: int | None = None,
     ) -> dict: ...
 
     def bind_pod(self, namespace: str, name: str, node: str, *, unbound_only: bool = False) -> dict:

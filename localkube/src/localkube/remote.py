@@ -405,12 +405,15 @@ class RemoteApi:
         name: str,
         propagation_policy: str | None = None,
         preconditions: dict | None = None,
+        grace_period_seconds: int | None = None,
     ) -> dict:
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
         if preconditions:
             options["preconditions"] = preconditions
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
         answer = self.request("DELETE", api_path(rt, namespace, name), body=options)
         if answer.get("kind") == "Status":  # some deletes answer a Status, not the object
             try:

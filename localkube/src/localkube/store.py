@@ -482,8 +482,10 @@ class Store:
         name: str,
         propagation_policy: str | None = None,
         preconditions: dict | None = None,
+        grace_period_seconds: int | None = None,
     ) -> dict:
-        """Delete (DeleteOptions `preconditions` `uid`/`resourceVersion` checked atomically: 409 Conflict)."""
+        """Delete (DeleteOptions `preconditions` `uid`/`resourceVersion` checked atomically: 409 Conflict).
+        localkube has no graceful deletion: every delete is immediate, as with `grace_period_seconds=0`."""
         policy = propagation_policy or "Background"
         if policy not in ("Background", "Foreground", "Orphan"):
             raise ApiError.bad_request(f'propagationPolicy: Unsupported value: "{policy}"')

@@ -63,6 +63,7 @@ class Kubelet:
     def __init__(self) -> None:
         self.instances: dict[str, PodInstance] = {}
         self.tasks: dict[str, asyncio.Task] = {}
+        self.deleting: dict[str, asyncio.Task | None] = {}  # an agent's final deletes by pod uid (None: sent)
         self.attempts: dict[tuple[str, ...], int] = {}
         self.pulled: set[str] = set()
 
@@ -88,13 +89,15 @@ class Kubelet:
         subscription = self.store.subscribe(PODS)
         try:
             for pod in self.store.list(PODS):
-                if not (pod.get("status") or {}).get("containerStatuses"):
+                if pod["metadata"].get("deletionTimestamp"):
+                    self._finish_deletion(pod, None)
+                elif not (pod.get("status") or {}).get("containerStatuses"):
                     self._start(pod)
             async for event in subscription:
                 self._on_event(event)
         finally:
             subscription.close()
-            tasks = list(self.tasks.values())
+            tasks = [*self.tasks.values(), *filter(None, self.deleting.values())]
             for uid in list(self.instances):
                 self._stop(uid)
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -102,10 +105,41 @@ class Kubelet:
 
     def _on_event(self, event: WatchEvent) -> None:
         meta = event.object["metadata"]
-        if event.type == "DELETED" or meta.get("deletionTimestamp"):
+        if event.type == "DELETED":
+            self._stop(meta["uid"])
+            self.deleting.pop(meta["uid"], None)
+        elif meta.get("deletionTimestamp"):
+            self._finish_deletion(event.object, self.tasks.get(meta["uid"]))
             self._stop(meta["uid"])
         elif event.type == "ADDED":
             self._start(event.object)
+
+    def _finish_deletion(self, pod: dict, task: asyncio.Task | None) -> None:
+        """A real API server keeps a deleted pod of a node (`deletionTimestamp` set) until the node's kubelet,
+        its containers stopped, deletes it with grace period 0: an agent does that for its node's pods.
+        In-process the store deletes pods at once, and a pod held by finalizers is left to them."""
+        uid = pod["metadata"]["uid"]
+        on_this_node = (pod.get("spec") or {}).get("nodeName") == self.node_name
+        if self.own_node_only and on_this_node and uid not in self.deleting:
+            self.deleting[uid] = asyncio.create_task(self._delete_now(pod, task))
+
+    async def _delete_now(self, pod: dict, task: asyncio.Task | None) -> None:
+        meta = pod["metadata"]
+        try:
+            if task is not None:
+                await asyncio.gather(task, return_exceptions=True)  # its containers are stopped
+            self.store.delete(
+                PODS,
+                meta["namespace"],
+                meta["name"],
+                preconditions={"uid": meta["uid"]},
+                grace_period_seconds=0,
+            )
+        except ApiError as exc:  # gone already, or another pod of the name now (the uid precondition)
+            log.debug("final delete of pod %s/%s: %s", meta["namespace"], meta["name"], exc.message)
+        finally:
+            if meta["uid"] in self.deleting:
+                self.deleting[meta["uid"]] = None  # sent: not again for this pod
 
     def _start(self, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
