@@ -213,6 +213,21 @@ async def test_the_proxy_answers_500_when_the_kubelet_is_gone(
     assert message.startswith('Get "https://127.0.0.1:1/containerLogs/default/orphan/main": ')
 
 
+async def test_an_agent_without_a_runtime_runs_controllers_only(kube: LocalKube, kubeconfig: Path) -> None:
+    job = {"metadata": {"name": "only-pods"}, "spec": {"pytorchReplicaSpecs": {"Master": replica()}}}
+    async with Agent(kubeconfig, runtime="none", controllers=["kubeflow"]) as agent:
+        sub = agent.store.subscribe(PODS)
+        kube.store.create(kube.store.resource_type("kubeflow.org", "v1", "pytorchjobs"), "default", job)
+        pod = await pod_until(sub, "only-pods-master-0", lambda p: True)
+
+    assert (pod["metadata"]["ownerReferences"][0]["kind"], pod["spec"].get("nodeName")) == (
+        "PyTorchJob",
+        None,
+    )
+    assert agent.kubelet is None
+    assert kube.store.list(NODES) == []
+
+
 # -- acceptance: a PyTorchJob run by an agent process --------------------------------------------------------
 PRINTER = "import os\nfor i in range(3):\n    print(os.environ['HOSTNAME'], 'says', i, flush=True)\n"
 
