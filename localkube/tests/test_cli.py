@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from localkube.__main__ import _controller_names, main
+from localkube.controllers import CONTROLLER_NAMES
 
 MODULE = "localkube"
 
@@ -69,3 +71,17 @@ def test_serve_and_fault(served: tuple[str, Path]) -> None:
             ("GET", 429),
             ("GET", 200),
         ]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [("all", list(CONTROLLER_NAMES)), ("none", []), ("", []), ("kubeflow, t9k", ["kubeflow", "t9k"])],
+)
+def test_controllers_by_name(text: str, names: list[str]) -> None:
+    assert _controller_names(text) == names
+
+
+def test_an_unknown_controller_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["agent", "--kubeconfig", "k", "--controllers", "kubeflow,nope"])
+    assert "argument --controllers: unknown controllers nope" in capsys.readouterr().err

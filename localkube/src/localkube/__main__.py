@@ -1,6 +1,7 @@
-"""Command line: `serve` a local cluster, or program `fault`s into a running one.
+"""Command line: `serve` a local cluster, run an `agent` against any API server, or program `fault`s.
 
 python -m localkube serve --port 0 --kubeconfig PATH --runtime scripted
+python -m localkube agent --kubeconfig PATH --runtime process --controllers kubeflow
 python -m localkube fault --kubeconfig PATH throttle --count 3 --retry-after 2
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import signal
 import sys
 import urllib.request
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from localkube.controllers import CONTROLLER_NAMES as CONTROLLERS
 
 FAULTS = {
     "throttle": "status",
@@ -42,7 +46,31 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--crd-dir", type=Path, help="validate custom objects against these CRD YAMLs")
     serve.add_argument("--no-controllers", action="store_true", help="serve the API only")
     serve.add_argument(
+        "--controllers",
+        type=_controller_names,
+        help="comma-separated controllers to run, `all` (the default) or `none`: " + ", ".join(CONTROLLERS),
+    )
+    serve.add_argument(
         "--namespace", default="default", help="the kubeconfig context's namespace (created if need be)"
+    )
+    agent = commands.add_parser(
+        "agent", help="run controllers and a kubelet against an existing API server until SIGTERM or SIGINT"
+    )
+    agent.add_argument("--kubeconfig", type=Path, help="the server's kubeconfig (default: $KUBECONFIG)")
+    agent.add_argument("--context", help="a context of the kubeconfig other than its current one")
+    agent.add_argument("--runtime", default="process", choices=("scripted", "process", "none"))
+    agent.add_argument(
+        "--controllers",
+        type=_controller_names,
+        default=[],
+        help="comma-separated controllers to run, `all` or `none` (the default): " + ", ".join(CONTROLLERS),
+    )
+    agent.add_argument("--node-name", default="localkube-agent", help="the Node the agent registers")
+    agent.add_argument(
+        "--address", default="127.0.0.1", help="the node's InternalIP; the kubelet listens there"
+    )
+    agent.add_argument(
+        "--kubelet-port", type=int, default=0, help="the kubelet's HTTPS port; 0 picks a free one"
     )
     fault = commands.add_parser("fault", help="program a fault into a running cluster")
     fault.add_argument("--kubeconfig", required=True, type=Path, help="the kubeconfig `serve` wrote")
@@ -57,24 +85,67 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _controller_names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if names == ["all"]:
+        return list(CONTROLLERS)
+    if names in ([], ["none"]):
+        return []
+    if unknown := sorted(set(names) - set(CONTROLLERS)):
+        raise argparse.ArgumentTypeError(f"unknown controllers {', '.join(unknown)}")
+    return names
+
+
+def _until_signalled() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
 async def _serve(args: argparse.Namespace) -> None:
     from localkube.cluster import LocalKube
+    from localkube.controllers import controllers_named
 
+    controllers = None if args.controllers is None else controllers_named(args.controllers)
     cluster = LocalKube(
         runtime=args.runtime,
         crd_dir=args.crd_dir,
         host=args.host,
         port=args.port,
-        controllers=[] if args.no_controllers else None,
+        controllers=[] if args.no_controllers else controllers,
         namespaces=(args.namespace,),
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = _until_signalled()
     async with cluster:
         path = cluster.write_kubeconfig(args.kubeconfig, args.namespace)
         print(f"localkube serving {cluster.url} kubeconfig {path}", flush=True)
+        await stop.wait()
+
+
+async def _agent(args: argparse.Namespace) -> None:
+    from localkube.agent import Agent
+
+    agent = Agent(
+        args.kubeconfig,
+        runtime=args.runtime,
+        controllers=args.controllers,
+        node_name=args.node_name,
+        address=args.address,
+        kubelet_port=args.kubelet_port,
+        context=args.context,
+    )
+    stop = _until_signalled()
+    async with agent:
+        kubelet = agent.kubelet_url if agent.runtime else "none"
+        controllers = ",".join(args.controllers) or "none"
+        print(
+            f"localkube agent node {agent.node_name} kubelet {kubelet} runtime {args.runtime} "
+            f"controllers {controllers}",
+            flush=True,
+        )
         await stop.wait()
 
 
@@ -123,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         asyncio.run(_serve(args))
+    elif args.command == "agent":
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        asyncio.run(_agent(args))
     else:
         _fault(args)
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import secrets
 import threading
 from collections.abc import Callable
@@ -12,14 +11,13 @@ from typing import Any
 
 from aiohttp import web
 
+from localkube.api import supervise
 from localkube.faults import Faults
 from localkube.kubeconfig import write_kubeconfig
 from localkube.podlogs import PodLogs
 from localkube.resources import NAMESPACES, ResourceType
 from localkube.server import RequestRecord, build_app
 from localkube.store import ApiError, Store
-
-log = logging.getLogger(__name__)
 
 
 class LocalKube:
@@ -122,22 +120,13 @@ class LocalKube:
             from localkube.runtime import make_runtime
 
             workers.append(make_runtime(self.runtime))
-        self._tasks = [asyncio.create_task(self._supervise(worker)) for worker in workers]
+        self._tasks = [asyncio.create_task(supervise(worker, self, self.task_errors)) for worker in workers]
 
     @staticmethod
     def _default_controllers() -> list:
         from localkube.controllers import default_controllers
 
         return list(default_controllers())
-
-    async def _supervise(self, worker: Any) -> None:
-        try:
-            await worker.run(self)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("localkube: %s stopped", type(worker).__name__)
-            self.task_errors.append(exc)
 
     async def _listen(self) -> None:
         self._runner = web.AppRunner(

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
 
 from localkube.resources import EVENTS
-from localkube.store import ApiError, Store, now_rfc3339
+from localkube.store import ApiError, now_rfc3339
+
+if TYPE_CHECKING:
+    from localkube.api import ClusterApi
 
 MAX_EVENTS_PER_NAMESPACE = 5000
 _SAME_EVENT = "localkube/same-event"
@@ -38,7 +42,9 @@ def _namespace_key(event: dict) -> Hashable:
     return event["metadata"].get("namespace")
 
 
-def record_event(store: Store, involved: dict, type_: str, reason: str, message: str, component: str) -> dict:
+def record_event(
+    store: ClusterApi, involved: dict, type_: str, reason: str, message: str, component: str
+) -> dict:
     """Create (or bump the count of) the Event about `involved` (a stored object) in its namespace.
 
     A repeat of the same (object, type, reason, message, component) increments `count` and `lastTimestamp`,
@@ -90,7 +96,7 @@ def record_event(store: Store, involved: dict, type_: str, reason: str, message:
     return created
 
 
-def _drop_oldest(store: Store, namespace: str) -> None:
+def _drop_oldest(store: ClusterApi, namespace: str) -> None:
     """Keep at most MAX_EVENTS_PER_NAMESPACE events in the namespace (the stand-in for the event TTL)."""
     excess = store.index_count(EVENTS, _NAMESPACE, namespace) - MAX_EVENTS_PER_NAMESPACE
     if excess <= 0:

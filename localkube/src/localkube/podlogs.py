@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from localkube.resources import PODS
-from localkube.store import ApiError, Store
+from localkube.store import ApiError
 
 _TRUE = ("true", "1")
 log = logging.getLogger(__name__)
@@ -144,7 +143,7 @@ def _since_ns(query: Mapping[str, str]) -> int | None:
     return None
 
 
-def _container_of(pod: dict, requested: str | None) -> str:
+def container_of(pod: dict, requested: str | None) -> str:
     name = pod["metadata"]["name"]
     spec = pod.get("spec") or {}
     containers = [c.get("name") for c in spec.get("containers") or []]
@@ -171,9 +170,9 @@ def _waiting_reason(pod: dict, container: str) -> str | None:
     return None
 
 
-def _parse_query(pod: dict, query: Mapping[str, str]) -> _LogQuery:
+def _parse_query(pod: dict, query: Mapping[str, str], container: str | None) -> _LogQuery:
     return _LogQuery(
-        container=_container_of(pod, query.get("container")),
+        container=container_of(pod, container),
         follow=query.get("follow", "").lower() in _TRUE,
         previous=query.get("previous", "").lower() in _TRUE,
         timestamps=query.get("timestamps", "").lower() in _TRUE,
@@ -204,11 +203,13 @@ def _render(lines: list[tuple[int, str]], q: _LogQuery) -> str:
 
 
 async def serve_pod_log(
-    request: web.Request, store: Store, logs: PodLogs, namespace: str, name: str
+    request: web.Request, pod: dict, logs: PodLogs, container: str | None
 ) -> web.StreamResponse:
-    """GET /api/v1/namespaces/{ns}/pods/{name}/log with the kubelet's query parameters."""
-    pod = store.get(PODS, namespace, name)
-    q = _parse_query(pod, request.query)
+    """A container's log with the kubelet's query parameters (follow, tailLines, ...): the answer to the API's
+    GET .../pods/{name}/log (`container` from the query) and to the kubelet's GET
+    /containerLogs/{namespace}/{pod}/{container}. `container` None: the pod's only container."""
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    q = _parse_query(pod, request.query, container)
     instance = _choose_instance(logs, pod, q)
     with logs._lock:
         lines = [line for line in instance.lines if q.since_ns is None or line[0] >= q.since_ns]

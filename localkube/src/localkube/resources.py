@@ -47,7 +47,7 @@ PODS = ResourceType(
     "pods",
     "Pod",
     "pod",
-    subresources=frozenset({"status", "log"}),
+    subresources=frozenset({"status", "log", "binding"}),
     builtin=True,
     short_names=("po",),
 )
@@ -84,6 +84,9 @@ SERVICE_ACCOUNTS = ResourceType(
 NAMESPACES = ResourceType(
     "", "v1", "namespaces", "Namespace", "namespace", namespaced=False, builtin=True, short_names=("ns",)
 )
+# What a kubelet registers (an agent, `localkube agent`): its addresses and kubelet endpoint, where the server
+# proxies pod logs to.
+NODES = ResourceType("", "v1", "nodes", "Node", "node", namespaced=False, builtin=True, short_names=("no",))
 RBAC_GROUP = "rbac.authorization.k8s.io"
 ROLES = ResourceType(RBAC_GROUP, "v1", "roles", "Role", "role", subresources=frozenset(), builtin=True)
 ROLE_BINDINGS = ResourceType(
@@ -98,6 +101,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     SECRETS,
     SERVICE_ACCOUNTS,
     NAMESPACES,
+    NODES,
     BATCH_JOBS,
     REPLICASETS,
     ROLES,
@@ -171,7 +175,7 @@ VERSION = {
     "platform": "linux/amd64",
 }
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"]}
+_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"], "binding": ["create"]}
 
 
 def api_versions(server_address: str) -> dict:

@@ -20,8 +20,10 @@ from localkube.faults import (
     faults_middleware,
     is_watch,
 )
-from localkube.podlogs import serve_pod_log
-from localkube.resources import ResourceType
+from localkube.kubeletapi import kubelet_url, proxy_container_log
+from localkube.podlogs import container_of, serve_pod_log
+from localkube.resources import PODS, ResourceType
+from localkube.runtime.kubelet import NODE_NAME
 from localkube.store import ApiError, WatchEvent
 
 if TYPE_CHECKING:
@@ -257,13 +259,33 @@ class _Api:
     ) -> web.StreamResponse:
         if sub not in rt.subresources:
             raise _NOT_FOUND
-        if sub == "log":
-            if request.method != "GET":
+        if sub in ("log", "binding"):
+            if request.method != ("GET" if sub == "log" else "POST"):
                 raise ApiError(
                     405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
                 )
-            return await serve_pod_log(request, self.store, self.cluster.logs, namespace, name)
+            return await (self._pod_log if sub == "log" else self._binding)(request, namespace, name)
         return await self._object(request, rt, namespace, name, sub)
+
+    async def _pod_log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
+        """From this process's pod runtime, or proxied to the kubelet of the registered node the pod is on."""
+        pod = self.store.get(PODS, namespace, name)
+        own_node = NODE_NAME if self.cluster.runtime not in (None, "none") else None
+        if url := kubelet_url(self.store, pod, own_node):
+            container = container_of(pod, request.query.get("container"))
+            return await proxy_container_log(request, url, pod, container)
+        return await serve_pod_log(request, pod, self.cluster.logs, request.query.get("container"))
+
+    async def _binding(self, request: web.Request, namespace: str, name: str) -> web.Response:
+        """POST pods/{name}/binding, as a scheduler binds: set spec.nodeName; 409 for a pod bound already."""
+        body = await self._body(request)
+        node = (body.get("target") or {}).get("name")
+        if not node:
+            raise ApiError.bad_request("a Binding needs target.name: the node to bind the pod to")
+        self.store.bind_pod(namespace, name, str(node), unbound_only=True)
+        return json_response(
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201
+        )
 
     @staticmethod
     async def _body(request: web.Request, optional: bool = False) -> Any:

@@ -29,7 +29,7 @@ from localkube.patches import (
     merge_patch,
     parse_patch_body,
 )
-from localkube.resources import NAMESPACES, ResourceType, default_resource_types
+from localkube.resources import NAMESPACES, PODS, ResourceType, default_resource_types
 from localkube.selectors import SelectorError, compile_selectors
 from localkube.subscriptions import Subscription, WatchEvent
 
@@ -394,6 +394,23 @@ class Store:
             self._check_rv(rt, current, (patched.get("metadata") or {}).get("resourceVersion"))
             return self._commit(rt, current, self._updated(rt, current, patched, subresource))
 
+    def bind_pod(self, namespace: str, name: str, node: str, *, unbound_only: bool = False) -> dict:
+        """The scheduler's binding: set the pod's `spec.nodeName`. `unbound_only`: 409 Conflict for a pod
+        assigned already, as POST pods/{name}/binding answers."""
+        with self._lock:
+            assigned = (self._raw(PODS, namespace, name).get("spec") or {}).get("nodeName")
+            if unbound_only and assigned:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned '
+                    f'to node "{assigned}"',
+                    {"name": name, "kind": "pods/binding"},
+                )
+            return self.patch(
+                PODS, namespace, name, {"spec": {"nodeName": node}}, "application/merge-patch+json"
+            )
+
     def update_status(self, rt: ResourceType, namespace: str, name: str, status: dict) -> dict:
         """Controller helper: write `.status` unconditionally (no resourceVersion check, no schema)."""
         with self._lock:
@@ -465,8 +482,10 @@ class Store:
         name: str,
         propagation_policy: str | None = None,
         preconditions: dict | None = None,
+        grace_period_seconds: int | None = None,
     ) -> dict:
-        """Delete (DeleteOptions `preconditions` `uid`/`resourceVersion` checked atomically: 409 Conflict)."""
+        """Delete (DeleteOptions `preconditions` `uid`/`resourceVersion` checked atomically: 409 Conflict).
+        localkube has no graceful deletion: every delete is immediate, as with `grace_period_seconds=0`."""
         policy = propagation_policy or "Background"
         if policy not in ("Background", "Foreground", "Orphan"):
             raise ApiError.bad_request(f'propagationPolicy: Unsupported value: "{policy}"')

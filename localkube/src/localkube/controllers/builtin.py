@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localkube.controllers.conditions import seconds_since
 from localkube.controllers.kubeflow import controller_ref, phase
@@ -40,7 +40,10 @@ from localkube.runtime.script import (
     parse_script,
     registered_script,
 )
-from localkube.store import ApiError, Store, WatchEvent, now_rfc3339
+from localkube.store import ApiError, WatchEvent, now_rfc3339
+
+if TYPE_CHECKING:
+    from localkube.api import ClusterApi
 
 OwnerKey = tuple[str, str]  # namespace, name
 JOB_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
@@ -206,7 +209,7 @@ def owner_reference(owner: dict) -> dict:
     }
 
 
-def owned_pods(store: Store, owner: dict) -> list[dict]:
+def owned_pods(store: ClusterApi, owner: dict) -> list[dict]:
     """The pods whose controller is `owner`, oldest first."""
     uid = owner["metadata"]["uid"]
     pods = [
@@ -218,7 +221,7 @@ def owned_pods(store: Store, owner: dict) -> list[dict]:
 
 
 def create_pod(
-    store: Store,
+    store: ClusterApi,
     owner: dict,
     template: dict,
     labels: dict[str, str],
@@ -252,7 +255,7 @@ def create_pod(
         raise
 
 
-def get_live(store: Store, rt: ResourceType, namespace: str, name: str) -> dict | None:
+def get_live(store: ClusterApi, rt: ResourceType, namespace: str, name: str) -> dict | None:
     """The object to reconcile, or None when it is gone or being deleted."""
     try:
         obj = store.get(rt, namespace, name)
@@ -263,7 +266,7 @@ def get_live(store: Store, rt: ResourceType, namespace: str, name: str) -> dict 
     return None if deleting(obj) else obj
 
 
-def create_quietly(store: Store, rt: ResourceType, namespace: str, obj: dict) -> dict | None:
+def create_quietly(store: ClusterApi, rt: ResourceType, namespace: str, obj: dict) -> dict | None:
     """Create `obj`; None if it exists already (a controller that lost the race sees it on the next pass)."""
     try:
         return store.create(rt, namespace, obj)
@@ -273,7 +276,7 @@ def create_quietly(store: Store, rt: ResourceType, namespace: str, obj: dict) ->
         return None
 
 
-def delete_quietly(store: Store, rt: ResourceType, obj: dict) -> None:
+def delete_quietly(store: ClusterApi, rt: ResourceType, obj: dict) -> None:
     """Delete `obj` unless it is gone already."""
     try:
         store.delete(rt, obj["metadata"]["namespace"], obj["metadata"]["name"])

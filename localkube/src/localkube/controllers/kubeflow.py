@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localkube.controllers import conditions as cond
 from localkube.controllers import kubeflow_mpi as mpi
@@ -29,7 +29,10 @@ from localkube.controllers.kubeflow_rules import StatusContext, default_exit_cod
 from localkube.controllers.loop import ReconcileLoop
 from localkube.events import record_event
 from localkube.resources import CONFIGMAPS, PODS, SERVICES, ResourceType
-from localkube.store import ApiError, Store, WatchEvent, now_rfc3339
+from localkube.store import ApiError, WatchEvent, now_rfc3339
+
+if TYPE_CHECKING:
+    from localkube.api import ClusterApi
 
 JobKey = tuple[str, str, str]  # kind, namespace, name
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
@@ -59,7 +62,7 @@ class KubeflowController(ReconcileLoop):
         self._types = self._resource_types(cluster.store)
         await super().run(cluster)
 
-    def _resource_types(self, store: Store) -> dict[str, ResourceType]:
+    def _resource_types(self, store: ClusterApi) -> dict[str, ResourceType]:
         types = {}
         for kind in self.kinds.values():
             try:
@@ -139,7 +142,7 @@ class Reconciliation:
 
     def __init__(self, controller: KubeflowController, kind: KubeflowKind, job: dict):
         self.controller, self.kind, self.raw = controller, kind, job
-        self.store: Store = controller.store
+        self.store: ClusterApi = controller.store
         self.rt = controller._types[kind.kind]
         self.job = JobView(kind.data, job)
         self.status = cond.status_of(job)

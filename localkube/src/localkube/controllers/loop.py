@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from localkube.store import ApiError, WatchEvent
 
 if TYPE_CHECKING:
-    from localkube.store import Store
+    from localkube.api import ClusterApi
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class ReconcileLoop:
         self._queued: set[Hashable] = set()
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._errors: dict[Hashable, int] = {}
-        self.store: Store
+        self.store: ClusterApi
 
     # -- to implement --------------------------------------------------------------------------------------
     def keys_for_event(self, event: WatchEvent) -> list[Hashable]:

@@ -8,7 +8,7 @@ from localkube.gates import close_gate, open_gate
 from localkube.runtime.script import ANNOTATION, register_script, unregister_script
 
 if TYPE_CHECKING:
-    from localkube.cluster import LocalKube
+    from localkube.api import ClusterContext
 
 __all__ = [
     "ANNOTATION",
@@ -22,7 +22,7 @@ __all__ = [
 
 
 class PodRuntime(Protocol):
-    async def run(self, cluster: LocalKube) -> None:
+    async def run(self, cluster: ClusterContext) -> None:
         """Long-running: drive every pod (phases, container states, logs, exit codes, events)."""
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localkube.resources import CONFIGMAPS, ResourceType
 from localkube.runtime.kubelet import NODE_NAME, ContainerConfigError
 from localkube.runtime.podstate import HOST_IP, POD_IP
-from localkube.store import ApiError, Store
+from localkube.store import ApiError
+
+if TYPE_CHECKING:
+    from localkube.api import ClusterApi
 
 _REFERENCE = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
 _LABEL_FIELD = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
@@ -28,7 +31,7 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return _REFERENCE.sub(replace, text)
 
 
-def resolve_env(store: Store, pod: dict, container: dict) -> dict[str, str]:
+def resolve_env(store: ClusterApi, pod: dict, container: dict) -> dict[str, str]:
     """The variables of `container`, in order, with references resolved against the store."""
     namespace = pod["metadata"].get("namespace", "default")
     env: dict[str, str] = {}
@@ -50,7 +53,7 @@ def resolve_env(store: Store, pod: dict, container: dict) -> dict[str, str]:
     return env
 
 
-def _value_from(store: Store, pod: dict, container: dict, source: dict) -> str | None:
+def _value_from(store: ClusterApi, pod: dict, container: dict, source: dict) -> str | None:
     namespace = pod["metadata"].get("namespace", "default")
     if "fieldRef" in source:
         return field_value(pod, source["fieldRef"]["fieldPath"])
@@ -81,7 +84,7 @@ def field_value(pod: dict, path: str) -> str:
         "metadata.name": meta.get("name"),
         "metadata.namespace": meta.get("namespace"),
         "metadata.uid": meta.get("uid"),
-        "spec.nodeName": NODE_NAME,
+        "spec.nodeName": spec.get("nodeName") or NODE_NAME,
         "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
         "status.podIP": POD_IP,
         "status.podIPs": POD_IP,
@@ -96,14 +99,16 @@ def field_value(pod: dict, path: str) -> str:
     raise ContainerConfigError(f"unsupported fieldPath {path!r}")
 
 
-def _secrets_type(store: Store) -> ResourceType | None:
+def _secrets_type(store: ClusterApi) -> ResourceType | None:
     try:
         return store.resource_type("", "v1", "secrets")
     except ApiError:
         return None
 
 
-def _source_data(store: Store, namespace: str, kind: str, name: str, *, optional: bool) -> dict[str, str]:
+def _source_data(
+    store: ClusterApi, namespace: str, kind: str, name: str, *, optional: bool
+) -> dict[str, str]:
     """A ConfigMap's data, or a Secret's decoded data; {} when optional and missing."""
     is_config_map = kind.startswith("configMap")
     rt = CONFIGMAPS if is_config_map else _secrets_type(store)

@@ -54,10 +54,16 @@ class Kubelet:
     """Base class of the pod runtimes; subclasses implement :meth:`launch`."""
 
     first_backoff, max_backoff = 0.05, 2.0
+    # In-process the kubelet drives every pod and binds it to `localkube` (no Node object). An agent sets its
+    # node's name and `own_node_only`: it then takes only unscheduled pods (binding them through the API) and
+    # pods bound to its node.
+    node_name = NODE_NAME
+    own_node_only = False
 
     def __init__(self) -> None:
         self.instances: dict[str, PodInstance] = {}
         self.tasks: dict[str, asyncio.Task] = {}
+        self.deleting: dict[str, asyncio.Task | None] = {}  # an agent's final deletes by pod uid (None: sent)
         self.attempts: dict[tuple[str, ...], int] = {}
         self.pulled: set[str] = set()
 
@@ -83,13 +89,15 @@ class Kubelet:
         subscription = self.store.subscribe(PODS)
         try:
             for pod in self.store.list(PODS):
-                if not (pod.get("status") or {}).get("containerStatuses"):
+                if pod["metadata"].get("deletionTimestamp"):
+                    self._finish_deletion(pod, None)
+                elif not (pod.get("status") or {}).get("containerStatuses"):
                     self._start(pod)
             async for event in subscription:
                 self._on_event(event)
         finally:
             subscription.close()
-            tasks = list(self.tasks.values())
+            tasks = [*self.tasks.values(), *filter(None, self.deleting.values())]
             for uid in list(self.instances):
                 self._stop(uid)
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -97,14 +105,45 @@ class Kubelet:
 
     def _on_event(self, event: WatchEvent) -> None:
         meta = event.object["metadata"]
-        if event.type == "DELETED" or meta.get("deletionTimestamp"):
+        if event.type == "DELETED":
+            self._stop(meta["uid"])
+            self.deleting.pop(meta["uid"], None)
+        elif meta.get("deletionTimestamp"):
+            self._finish_deletion(event.object, self.tasks.get(meta["uid"]))
             self._stop(meta["uid"])
         elif event.type == "ADDED":
             self._start(event.object)
 
+    def _finish_deletion(self, pod: dict, task: asyncio.Task | None) -> None:
+        """A real API server keeps a deleted pod of a node (`deletionTimestamp` set) until the node's kubelet,
+        its containers stopped, deletes it with grace period 0: an agent does that for its node's pods.
+        In-process the store deletes pods at once, and a pod held by finalizers is left to them."""
+        uid = pod["metadata"]["uid"]
+        on_this_node = (pod.get("spec") or {}).get("nodeName") == self.node_name
+        if self.own_node_only and on_this_node and uid not in self.deleting:
+            self.deleting[uid] = asyncio.create_task(self._delete_now(pod, task))
+
+    async def _delete_now(self, pod: dict, task: asyncio.Task | None) -> None:
+        meta = pod["metadata"]
+        try:
+            if task is not None:
+                await asyncio.gather(task, return_exceptions=True)  # its containers are stopped
+            self.store.delete(
+                PODS,
+                meta["namespace"],
+                meta["name"],
+                preconditions={"uid": meta["uid"]},
+                grace_period_seconds=0,
+            )
+        except ApiError as exc:  # gone already, or another pod of the name now (the uid precondition)
+            log.debug("final delete of pod %s/%s: %s", meta["namespace"], meta["name"], exc.message)
+        finally:
+            if meta["uid"] in self.deleting:
+                self.deleting[meta["uid"]] = None  # sent: not again for this pod
+
     def _start(self, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
-        if uid in self.instances:
+        if uid in self.instances or not self._mine(pod):
             return
         try:
             inst = PodInstance(pod)
@@ -113,6 +152,9 @@ class Kubelet:
             return
         self.instances[uid] = inst
         self.tasks[uid] = asyncio.create_task(self._drive(inst), name=f"pod {inst.namespace}/{inst.name}")
+
+    def _mine(self, pod: dict) -> bool:
+        return not self.own_node_only or (pod.get("spec") or {}).get("nodeName") in (None, "", self.node_name)
 
     def _stop(self, uid: str) -> None:
         inst = self.instances.pop(uid, None)
@@ -131,18 +173,12 @@ class Kubelet:
             await self.schedule(inst)
             inst.schedule()
             self._check_current(inst)
-            self.store.patch(  # the scheduler's binding
-                PODS,
-                inst.namespace,
-                inst.name,
-                {"spec": {"nodeName": NODE_NAME}},
-                "application/merge-patch+json",
-            )
+            self._bind(inst)
             self.event(
                 inst,
                 "Normal",
                 "Scheduled",
-                f"Successfully assigned {inst.namespace}/{inst.name} to {NODE_NAME}",
+                f"Successfully assigned {inst.namespace}/{inst.name} to {self.node_name}",
                 component="default-scheduler",
             )
             self.publish(inst)
@@ -162,6 +198,20 @@ class Kubelet:
             pass
         except* Exception as group:
             self._crashed(inst.pod, inst, group.exceptions[0])
+
+    def _bind(self, inst: PodInstance) -> None:
+        """The scheduler's binding, unless the pod is on this node already (an agent picking up its pods)."""
+        spec = inst.pod.setdefault("spec", {})
+        if self.own_node_only and spec.get("nodeName") == self.node_name:
+            return
+        try:
+            self.store.bind_pod(inst.namespace, inst.name, self.node_name)
+        except ApiError as exc:
+            if exc.code == 409:  # another scheduler bound it first: not this node's pod
+                inst.alive = False
+                raise PodGone from exc
+            raise
+        spec["nodeName"] = self.node_name  # what the downward API's spec.nodeName reads
 
     def _crashed(self, pod: dict, inst: PodInstance | None, exc: BaseException) -> None:
         """An unexpected error while driving one pod: logged, a Warning event on the pod, and the pod Failed

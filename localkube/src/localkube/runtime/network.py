@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import re
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localkube.resources import PODS, SERVICES
 from localkube.runtime.podstate import POD_IP
-from localkube.store import Store
+
+if TYPE_CHECKING:
+    from localkube.api import ClusterApi
 
 LOCALHOST = "127.0.0.1"
 _HOST_PORT = re.compile(
@@ -54,14 +56,14 @@ class LocalNetwork:
             self.ports[key] = local
         return self.ports[key]
 
-    def rewriter(self, store: Store, pod: dict) -> EnvRewriter:
+    def rewriter(self, store: ClusterApi, pod: dict) -> EnvRewriter:
         return EnvRewriter(self, store, pod)
 
 
 class EnvRewriter:
     """Rewrites one container's env for the pod it belongs to."""
 
-    def __init__(self, network: LocalNetwork, store: Store, pod: dict) -> None:
+    def __init__(self, network: LocalNetwork, store: ClusterApi, pod: dict) -> None:
         self.network, self.store = network, store
         self.namespace: str = pod["metadata"].get("namespace", "default")
         self.pod_name: str = pod["metadata"]["name"]

@@ -1,0 +1,178 @@
+"""`localkube agent`: localkube's controllers and kubelet against an existing Kubernetes API server.
+
+The agent runs the same controllers and pod runtime as an in-process `LocalKube`, on a `RemoteApi` (LIST+WATCH
+mirror, writes over HTTP) instead of the store. As a kubelet it registers a Node (Ready, InternalIP, the
+kubelet endpoint's port), takes the pods nobody scheduled (binding them through pods/{name}/binding) and the
+pods bound to its node, writes their status through pods/{name}/status and events through the events API,
+and serves their logs over HTTPS at /containerLogs/... for the API server to proxy `pods/log` to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from localkube.api import supervise
+from localkube.podlogs import PodLogs
+from localkube.remote import RemoteApi
+from localkube.resources import (
+    BATCH_JOBS,
+    CONFIGMAPS,
+    EVENTS,
+    NODES,
+    PODS,
+    REPLICASETS,
+    SECRETS,
+    SERVICES,
+    VERSION,
+    ResourceType,
+)
+from localkube.store import ApiError, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NODE = "localkube-agent"
+# What the kubelet and every controller read besides the controllers' own custom resources.
+BASE_TYPES: tuple[ResourceType, ...] = (PODS, SERVICES, CONFIGMAPS, SECRETS, EVENTS, BATCH_JOBS, REPLICASETS)
+
+
+class Agent:
+    """Controllers and a kubelet on an API server reached through a kubeconfig. `await start()`, `stop()`.
+
+    `runtime`: "process" | "scripted" | None (no kubelet); `controllers`: names from
+    `localkube.controllers.CONTROLLER_NAMES`; `address`: the node's InternalIP, where its kubelet endpoint
+    listens (`kubelet_port` 0: a free port).
+    """
+
+    def __init__(
+        self,
+        kubeconfig: str | Path | None,
+        *,
+        runtime: str | None = "process",
+        controllers: Sequence[str] = (),
+        node_name: str = DEFAULT_NODE,
+        address: str = "127.0.0.1",
+        kubelet_port: int = 0,
+        context: str | None = None,
+    ) -> None:
+        from localkube.controllers import custom_types_of
+
+        self.runtime = None if runtime in (None, "none") else runtime
+        self.controller_names = list(controllers)
+        self.node_name, self.address, self.kubelet_port = node_name, address, kubelet_port
+        types = [*BASE_TYPES, *custom_types_of(self.controller_names)]
+        self.api = RemoteApi.from_kubeconfig(kubeconfig, types, context=context)
+        self.logs = PodLogs()
+        self.task_errors: list[BaseException] = []
+        self.kubelet: Any = None  # the pod runtime, once started
+        self._tasks: list[asyncio.Task] = []
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def store(self) -> RemoteApi:
+        """The API the controllers and the kubelet use (the name `LocalKube` gives its store)."""
+        return self.api
+
+    @property
+    def kubelet_url(self) -> str:
+        return f"https://{self.address}:{self.kubelet_port}"
+
+    async def start(self) -> None:
+        from localkube.controllers import controllers_named
+
+        await asyncio.to_thread(self.api.sync)
+        self.api.start(asyncio.get_running_loop())
+        workers: list[Any] = list(controllers_named(self.controller_names))
+        if self.runtime is not None:
+            from localkube.runtime import make_runtime
+
+            await self._serve_kubelet()
+            self.register_node()
+            self.kubelet = make_runtime(self.runtime)
+            self.kubelet.node_name, self.kubelet.own_node_only = self.node_name, True
+            workers.append(self.kubelet)
+        self._tasks = [asyncio.create_task(supervise(w, self, self.task_errors)) for w in workers]
+
+    async def _serve_kubelet(self) -> None:
+        from localkube.kubeletapi import kubelet_app, serving_context
+
+        self._runner = web.AppRunner(
+            kubelet_app(self.api, self.logs), handler_cancellation=True, access_log=None, shutdown_timeout=0.1
+        )
+        await self._runner.setup()
+        tls = serving_context(self.address, f"{self.node_name}@localkube")
+        site = web.TCPSite(self._runner, self.address, self.kubelet_port, ssl_context=tls)
+        await site.start()
+        self.kubelet_port = self._runner.addresses[0][1]
+
+    def register_node(self) -> dict:
+        """Create the Node (or find it there from an earlier run) and write its status: Ready, the address and
+        the kubelet endpoint the API server proxies logs to."""
+        labels = {
+            "kubernetes.io/hostname": self.node_name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), "amd64"),
+        }
+        try:
+            self.api.create(NODES, "", {"metadata": {"name": self.node_name, "labels": labels}, "spec": {}})
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+        return self.api.update_status(NODES, "", self.node_name, self._node_status())
+
+    def _node_status(self) -> dict:
+        now = now_rfc3339()
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 1024
+        resources = {"cpu": str(os.cpu_count() or 1), "memory": f"{pages}Ki", "pods": "110"}
+        return {
+            "addresses": [{"type": "InternalIP", "address": self.address}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": f"localkube agent ({self.runtime} runtime) is posting ready status",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": VERSION["gitVersion"],
+                "kubeProxyVersion": VERSION["gitVersion"],
+                "containerRuntimeVersion": f"localkube://{self.runtime}",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "osImage": platform.platform(),
+                "kernelVersion": platform.release(),
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
+        }
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await asyncio.to_thread(self.api.close)
+
+    async def __aenter__(self) -> Agent:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
