@@ -95,8 +95,13 @@ class JobSubmitter:
             expected = f"must be {api_version} for this operator (got {job_kind.api_version!r})"
             raise SpecError([("apiVersion", expected)], kind=job_kind.kind)
         meta = manifest.get("metadata") or {}
-        name = job_name or meta.get("name") or naming.default_job_name(identity, job_kind.replica_types)
-        problem = naming.name_problem(name, model.name_limit())
+        limit = model.name_limit()
+        name = (
+            job_name
+            or meta.get("name")
+            or naming.default_job_name(identity, job_kind.replica_types, limit=limit)
+        )
+        problem = naming.name_problem(name, limit)
         if problem:
             raise SpecError([("metadata.name", problem)], kind=job_kind.kind)
         unreachable = wait_until and job_kind.check_target(manifest, JobState(wait_until))
