@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_training import naming
+from airflow_provider_training.params import ACTIONS_IF_EXISTS, check_choice
 
 if TYPE_CHECKING:
     from airflow_provider_training.hooks.training import TrainingJobHook
@@ -47,17 +48,21 @@ class JobExistsFailure(AirflowException):
 
 
 class JobSubmitter:
-    """The worker-side steps before waiting, over the sync hook (created lazily, closed after each call)."""
+    """The worker-side steps before waiting, over the sync hook (created lazily, closed after each call).
+
+    ``action_if_job_exists`` is checked here, where it is used: anything but ``reattach``, ``recreate`` or
+    ``fail`` is refused (a ``ValueError`` naming it) before anything is sent.
+    """
 
     def __init__(
         self,
         *,
         kubernetes_conn_id: str | None,
-        action_if_job_exists: str = "reattach",
+        action_if_job_exists: Any = "reattach",
         log: Any = None,
     ):
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.action = action_if_job_exists
+        self.action = check_choice("action_if_job_exists", action_if_job_exists, ACTIONS_IF_EXISTS)
         self.log = log or logging.getLogger(__name__)
         self.try_number: int | None = None  # the submitting try, recorded with the job (submit sets it)
 
@@ -224,17 +229,24 @@ class JobSubmitter:
 
     def _reuses(self, hook: TrainingJobHook, kind: JobKind, job: dict[str, Any]) -> bool:
         """Whether the earlier try's job is kept (``reattach`` and not Failed); logs the decision."""
+        from airflow_provider_training.kinds.base import JobState
+
         label = f"{_label(kind, job)} ({_creator(job)})"
-        if self.action == "reattach":
-            status = self.status(hook, kind, job)
-            if status.state.value != "Failed":
-                self.log.info("Reattaching to %s (state %s)", label, status.state.value)
-                return True
-            self.log.info(
-                "The earlier %s failed (%s); deleting it and submitting again", label, status.reason
-            )
-        else:
-            self.log.info("Deleting the earlier %s (action_if_job_exists='recreate')", label)
+        match self.action:
+            case "reattach":
+                status = self.status(hook, kind, job)
+                if status.state is not JobState.FAILED:
+                    self.log.info("Reattaching to %s (state %s)", label, status.state.value)
+                    return True
+                self.log.info(
+                    "The earlier %s failed (%s); deleting it and submitting again", label, status.reason
+                )
+            case "recreate":
+                self.log.info("Deleting the earlier %s (action_if_job_exists='recreate')", label)
+            case "fail":  # refused in _settle before the job is looked at again
+                raise AssertionError("action_if_job_exists='fail' never reuses or replaces a job")
+            case _:
+                assert_never(self.action)
         return False
 
     def _wait_gone(self, hook: TrainingJobHook, kind: JobKind, job: dict[str, Any], ours: bool) -> None:

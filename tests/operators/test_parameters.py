@@ -161,6 +161,24 @@ def test_operator_refuses_a_bad_value_in_execute_before_any_request(cluster, par
     assert len(cluster.requests) == before  # nothing at all was sent
 
 
+@pytest.mark.parametrize("mode", ["sync", "deferrable"])
+@pytest.mark.parametrize("value", ["timestamp", "Reattach", None, ["fail"]])
+def test_an_action_if_job_exists_set_after_parsing_is_refused_before_anything_is_sent(cluster, value, mode):
+    """The choice is checked where it is used too: a value set on the operator after the constructor checked
+    it (a subclass, a DAG-level override) is refused before any request, never taken as "recreate"."""
+    op = operators.PyTorchJobOperator(
+        task_id="train", job=manifest(PYTORCH, QUICK), deferrable=mode == "deferrable"
+    )
+    op.action_if_job_exists = value
+    before = len(cluster.requests)
+
+    with pytest.raises(ValueError) as error:
+        op.execute(make_context())
+
+    assert "action_if_job_exists must be one of 'reattach', 'recreate', 'fail'" in str(error.value)
+    assert len(cluster.requests) == before  # nothing at all was sent
+
+
 def test_templated_namespace_is_checked_after_rendering(cluster):
     op = operators.PyTorchJobOperator(
         task_id="train", job=manifest(PYTORCH, QUICK), namespace="{{ params.ns }}"
