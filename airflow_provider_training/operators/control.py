@@ -49,9 +49,11 @@ class TrainingJobSuspendOperator(BaseOperator):
         self.kubernetes_conn_id = check_text("kubernetes_conn_id", kubernetes_conn_id, optional=True)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_training.hooks.training import TrainingJobHook
         from airflow_provider_training.kinds.registry import get_kind
+        from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
+        from airflow_provider_training.reading import read_status
         from airflow_provider_training.results import build_result
-        from airflow_provider_training.submission import JobSubmitter
 
         check_text("job_name", self.job_name)  # the templated fields, rendered
         check_namespace("namespace", self.namespace)
@@ -61,15 +63,13 @@ class TrainingJobSuspendOperator(BaseOperator):
             raise ValueError(
                 f"{kind.kind} ({kind.api_version}) cannot be suspended or resumed: its API has no such field"
             )
-        submitter = JobSubmitter(kubernetes_conn_id=self.kubernetes_conn_id, log=self.log)
-        with submitter.hook() as hook:
+        with TrainingJobHook(self.kubernetes_conn_id) as hook:
             namespace = self.namespace or hook.get_namespace()
             job = hook.patch_job(kind, self.job_name, namespace, patch)
-            status = submitter.status(hook, kind, job)
+            status = read_status(hook, kind, job)
         action = "Suspended" if self.suspend else "Resumed"
         self.log.info("%s %s %s/%s (now %s)", action, kind.kind, namespace, self.job_name, status.state.value)
-        ref = submitter.reference(kind, job)
-        return build_result({"status": "success", "job": ref, "job_status": status.to_dict(), "pods": []})
+        return build_result(WaitEvent(Outcome.SUCCESS, JobRef.of(kind, job), job_status=status.to_dict()))
 
 
 class TrainingJobResumeOperator(TrainingJobSuspendOperator):

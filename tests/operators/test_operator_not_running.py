@@ -53,7 +53,7 @@ def test_operator_fails_saying_the_training_operator_is_not_running(bare_cluster
     assert failure.value.status == "error"
     assert failure.value.event["job_status"]["reason"] == "OperatorNotRunning"
     assert "was never picked up" in message and NOT_RUNNING in message
-    job = bare_cluster.store.get(resource(bare_cluster, PYTORCH), NAMESPACE, op._job_ref["name"])
+    job = bare_cluster.store.get(resource(bare_cluster, PYTORCH), NAMESPACE, op._job_ref.name)
     assert not job.get("status")  # indeed nothing wrote one
 
 

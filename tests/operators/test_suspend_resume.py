@@ -41,9 +41,7 @@ def test_t9k_job_paused_and_resumed_while_an_operator_waits(family_cluster, mode
     op = T9K_PYTORCH.make_operator(script)
     worker, outcome = in_thread(lambda: run_operator(op, make_context(), mode))
     name = wait_for(
-        lambda: (
-            op._job_ref and running(family_cluster, T9K_PYTORCH, op._job_ref["name"]) and op._job_ref["name"]
-        )
+        lambda: op._job_ref and running(family_cluster, T9K_PYTORCH, op._job_ref.name) and op._job_ref.name
     )
 
     paused = T9kPauseJobOperator(task_id="pause", job_name=name, kind="PyTorchTrainingJob").execute(

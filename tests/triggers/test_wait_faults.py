@@ -224,7 +224,7 @@ async def test_missing_crd_ends_the_wait(cluster):
             WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=30)),
             _Log(),
         )
-        event = await waiter.wait()
+        event = (await waiter.wait()).to_payload()
     finally:
         await hook.close()
 
