@@ -13,10 +13,10 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class TrainingJobSuspendOperator(BaseOperator):
-    """Suspend the job ``job_name`` (Kubeflow ``runPolicy.suspend``, T9k ``runMode.pause``) and return its
-    result dict as it is right after the change. Kinds whose API cannot be suspended are refused before any
-    request. A waiting operator or sensor keeps waiting while the job is suspended, up to its deadline.
+class TrainingJobControlOperator(BaseOperator):
+    """What suspending and resuming share: find the job ``job_name``, send its kind's ``suspend_patch``, and
+    return its result dict as it is right after the change. Kinds whose API cannot be suspended are refused
+    before any request. Subclasses set :attr:`suspend`.
 
     :param job_name: the job. :param kind: its kind name (fixed by the per-family subclasses).
     :param api_version: to pick among same-named kinds. :param namespace: default: the connection's.
@@ -27,7 +27,7 @@ class TrainingJobSuspendOperator(BaseOperator):
 
     job_kind: ClassVar[str | None] = None
     job_api_version: ClassVar[str | None] = None
-    suspend: ClassVar[bool] = True
+    suspend: ClassVar[bool]  # True: suspend the job; False: resume it
 
     def __init__(
         self,
@@ -72,7 +72,16 @@ class TrainingJobSuspendOperator(BaseOperator):
         return build_result(WaitEvent(Outcome.SUCCESS, JobRef.of(kind, job), job_status=status.to_dict()))
 
 
-class TrainingJobResumeOperator(TrainingJobSuspendOperator):
+class TrainingJobSuspendOperator(TrainingJobControlOperator):
+    """Suspend the job ``job_name`` (Kubeflow ``runPolicy.suspend``, T9k ``runMode.pause``) and return its
+    result dict as it is right after the change. A waiting operator or sensor keeps waiting while the job is
+    suspended, up to its deadline. Parameters: see :class:`TrainingJobControlOperator`.
+    """
+
+    suspend = True
+
+
+class TrainingJobResumeOperator(TrainingJobControlOperator):
     """Resume a suspended job (see :class:`TrainingJobSuspendOperator`)."""
 
     suspend = False

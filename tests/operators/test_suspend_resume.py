@@ -108,3 +108,19 @@ def test_apis_without_a_suspend_field_are_refused_before_any_request(family_clus
 def test_suspend_needs_a_kind():
     with pytest.raises(ValueError, match="kind is required"):
         T9kPauseJobOperator(task_id="pause", job_name="any")
+
+
+def test_resume_is_not_a_kind_of_suspend():
+    """Resuming is no special case of suspending: both share a base, and neither is the other."""
+    from airflow_provider_training.operators.control import TrainingJobControlOperator
+
+    assert not issubclass(TrainingJobResumeOperator, TrainingJobSuspendOperator)
+    assert not issubclass(T9kResumeJobOperator, TrainingJobSuspendOperator)
+    for cls in (
+        TrainingJobSuspendOperator,
+        TrainingJobResumeOperator,
+        T9kPauseJobOperator,
+        T9kResumeJobOperator,
+    ):
+        assert issubclass(cls, TrainingJobControlOperator)
+    assert (TrainingJobSuspendOperator.suspend, TrainingJobResumeOperator.suspend) == (True, False)
