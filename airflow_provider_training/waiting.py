@@ -49,7 +49,7 @@ class WaitOptions:
     deadline: datetime | None = None
     startup_timeout: float | None = None
     status_grace_period: float = 60.0
-    poll_interval: float = 5.0
+    check_interval: float = 5.0  # the longest time between the time-based checks (deadline, startup)
     get_logs: bool = True
     log_replicas: str | list[str] = "master"
     max_log_streams: int | None = None  # ReplicaLogStreamer's max_streams
@@ -247,7 +247,7 @@ class JobWaiter:
 
     def _tick(self) -> float:
         """How long to wait for the next watch event; the first (the job as it is) gets a full interval."""
-        tick = self.opts.poll_interval
+        tick = self.opts.check_interval
         if self.opts.deadline is not None and self.job is not None:
             tick = min(tick, max(0.0, (self.opts.deadline - datetime.now(UTC)).total_seconds()))
         return max(tick, 0.01)

@@ -283,7 +283,7 @@ def training_job(secret_name: str, proof_dir: Path, *, fail_master: bool = False
 
 
 def operator(job: dict[str, Any]) -> PyTorchJobOperator:
-    return PyTorchJobOperator(task_id="train", job=job, log_replicas="all", poll_interval=0.2)
+    return PyTorchJobOperator(task_id="train", job=job, log_replicas="all", check_interval=0.2)
 
 
 def run_task(op: PyTorchJobOperator, mode: str, output: TaskOutput) -> Any:
@@ -445,7 +445,7 @@ def test_unauthorized_trigger_event_shows_no_token(
         api_version="kubeflow.org/v1",
         job_name="any",
         namespace=NAMESPACE,
-        poll_interval=0.2,
+        check_interval=0.2,
     )
     event = first_event(trigger)
     output.add("trigger event", event)

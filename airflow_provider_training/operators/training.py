@@ -9,6 +9,7 @@ sync mode), naming is :mod:`~airflow_provider_training.naming`, results and erro
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -73,7 +74,9 @@ class TrainingJobOperator(BaseOperator):
         types. :param max_log_streams: how many replica pods the triggerer follows live at once, over all its
         jobs (default: half its open-file limit); past it, this job follows only its deciding replica.
     :param startup_timeout: seconds after creation within which a replica pod must start (else ``timeout``).
-    :param poll_interval: seconds between the trigger's time-based checks (watch events arrive at once).
+    :param check_interval: the longest time, in seconds, between the wait's time-based checks (the
+        deadline, the startup timeout); watch events arrive at once. ``poll_interval`` is its deprecated
+        name (nothing polls), still accepted with a ``DeprecationWarning``.
     :param labels: extra labels for the job object. :param annotations: extra annotations.
 
     Every parameter is checked before anything is sent (see :mod:`airflow_provider_training.params`): the
@@ -106,11 +109,19 @@ class TrainingJobOperator(BaseOperator):
         log_replicas: str | list[str] = DECIDING,
         max_log_streams: int | None = None,
         startup_timeout: float | None = conf.getfloat("training", "startup_timeout", fallback=600.0),
-        poll_interval: float = 5.0,
+        check_interval: float = 5.0,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        if "poll_interval" in kwargs:
+            warnings.warn(
+                "poll_interval is deprecated: nothing polls; use check_interval (the longest time between "
+                "the wait's time-based checks)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            check_interval = kwargs.pop("poll_interval")
         super().__init__(**kwargs)
         if job is None:
             raise ValueError("job is required: a dict, YAML text, a .yaml/.yml path or a spec model")
@@ -131,7 +142,7 @@ class TrainingJobOperator(BaseOperator):
         self.log_replicas = check_log_replicas(log_replicas)
         self.max_log_streams = check_max_log_streams(max_log_streams)
         self.startup_timeout = check_optional_seconds("startup_timeout", startup_timeout)
-        self.poll_interval = check_seconds("poll_interval", poll_interval)
+        self.check_interval = check_seconds("check_interval", check_interval)
         self.labels = check_labels("labels", labels)
         self.annotations = check_annotations("annotations", annotations)
         self._job_ref: JobRef | None = None
@@ -212,7 +223,7 @@ class TrainingJobOperator(BaseOperator):
             max_log_streams=self.max_log_streams,
             deadline=_deadline(self, context),
             startup_timeout=self.startup_timeout,
-            poll_interval=self.poll_interval,
+            check_interval=self.check_interval,
             status_grace_period=status_grace_period(),
             on_kill_action=self.on_kill_action,
             # A deferred success ends the task in the triggerer (the trigger does execute_complete's
@@ -313,4 +324,4 @@ def _defer_timeout(deadline: str | None, op: TrainingJobOperator) -> timedelta |
     import pendulum
 
     remaining = (pendulum.parse(deadline) - pendulum.now("UTC")).total_seconds()  # type: ignore[operator]
-    return timedelta(seconds=max(0.0, remaining) + max(60.0, 2 * op.poll_interval))
+    return timedelta(seconds=max(0.0, remaining) + max(60.0, 2 * op.check_interval))

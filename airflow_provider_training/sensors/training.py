@@ -112,7 +112,7 @@ class TrainingJobSensor(BaseSensorOperator):
             deadline=deadline,
             startup_timeout=None,
             status_grace_period=status_grace_period(),
-            poll_interval=float(self.poke_interval),
+            check_interval=float(self.poke_interval),
             allow_missing=True,
             on_kill_action="keep",  # the sensor only watches: killing it never deletes the job
         )

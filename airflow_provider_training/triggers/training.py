@@ -26,6 +26,7 @@ from airflow_provider_training.params import (
     TARGET_STATES,
     check_choice,
     check_max_log_streams,
+    check_seconds,
 )
 
 # What run() and on_kill() use: imported in a thread before they first need it (seconds for the Kubernetes
@@ -65,7 +66,9 @@ class TrainingJobTrigger(BaseTrigger):
     :param deadline: absolute ISO-8601 time at which the wait ends with ``timeout``.
     :param startup_timeout: seconds after creation (or resumption) within which a replica pod must start.
     :param status_grace_period: seconds an empty status is tolerated before the wait reports an error.
-    :param poll_interval: how often time-based checks run between watch events.
+    :param check_interval: the longest time between the time-based checks (the deadline, the startup
+        timeout); watch events arrive at once. ``poll_interval`` is its name in earlier versions, still
+        accepted so that their serialized triggers load.
     :param allow_missing: keep waiting while the job does not exist yet (sensors).
     :param on_kill_action: what ``on_kill()`` (a user acted on the deferred task) does with the job:
         ``delete`` it (and its cleanup children) or ``keep`` it.
@@ -99,12 +102,13 @@ class TrainingJobTrigger(BaseTrigger):
         deadline: str | None = None,
         startup_timeout: float | None = None,
         status_grace_period: float = 60.0,
-        poll_interval: float = 5.0,
+        check_interval: float = 5.0,
         allow_missing: bool = False,
         on_kill_action: str = "delete",
         end_from_trigger: bool = False,
         on_finish_action: str = "keep",
         push_result: bool = True,
+        poll_interval: float | None = None,  # check_interval's name in triggers serialized before
     ):
         super().__init__()
         self.kind = kind
@@ -120,7 +124,9 @@ class TrainingJobTrigger(BaseTrigger):
         self.deadline = deadline
         self.startup_timeout = startup_timeout
         self.status_grace_period = status_grace_period
-        self.poll_interval = poll_interval
+        self.check_interval = check_seconds(
+            "check_interval", check_interval if poll_interval is None else poll_interval
+        )
         self.allow_missing = allow_missing
         self.on_kill_action = check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
         self.end_from_trigger = end_from_trigger
@@ -144,7 +150,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "startup_timeout": self.startup_timeout,
                 "status_grace_period": self.status_grace_period,
-                "poll_interval": self.poll_interval,
+                "check_interval": self.check_interval,
                 "allow_missing": self.allow_missing,
                 "on_kill_action": self.on_kill_action,
                 "end_from_trigger": self.end_from_trigger,
@@ -180,7 +186,7 @@ class TrainingJobTrigger(BaseTrigger):
             deadline=parse_time(self.deadline),
             startup_timeout=self.startup_timeout,
             status_grace_period=self.status_grace_period,
-            poll_interval=self.poll_interval,
+            check_interval=self.check_interval,
             get_logs=self.get_logs,
             log_replicas=self.log_replicas,
             max_log_streams=self.max_log_streams,

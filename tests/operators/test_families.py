@@ -229,7 +229,7 @@ def test_waiting_for_success_in_debug_mode_is_refused_before_submission(family_c
 
     assert len(family_cluster.requests) == requests
     running_op = case.operator(
-        task_id="train", job=job, wait_until="Running", poll_interval=0.2, **case.options
+        task_id="train", job=job, wait_until="Running", check_interval=0.2, **case.options
     )
     result = run_operator(running_op, make_context(), "deferrable")  # a debug job does reach Running
     assert result["state"] == "Running"

@@ -39,7 +39,7 @@ FOREVER = {"default": {"duration": None}}
 
 
 def pytorch(script=QUICK, **kwargs):
-    kwargs.setdefault("poll_interval", 0.2)
+    kwargs.setdefault("check_interval", 0.2)
     return PyTorchJobOperator(task_id="train", job=manifest(PYTORCH, script), **kwargs)
 
 
@@ -403,7 +403,7 @@ def test_job_sources(cluster, tmp_path, source):
         job = parse_job(job)
 
     result = run_operator(
-        TrainingJobOperator(task_id="train", job=job, poll_interval=0.2), make_context(), "sync"
+        TrainingJobOperator(task_id="train", job=job, check_interval=0.2), make_context(), "sync"
     )
 
     assert result["state"] == "Succeeded" and result["kind"] == "PyTorchJob"

@@ -19,11 +19,11 @@ QUICK = {"default": {"duration": 0.05}}
 
 # (parameter, value, text the error must contain besides the parameter's name)
 PARSE_TIME_BAD = [
-    ("poll_interval", "fast", "number of seconds > 0"),
-    ("poll_interval", 0, "number of seconds > 0"),
-    ("poll_interval", -1.5, "number of seconds > 0"),
-    ("poll_interval", True, "number of seconds > 0"),
-    ("poll_interval", None, "number of seconds > 0"),
+    ("check_interval", "fast", "number of seconds > 0"),
+    ("check_interval", 0, "number of seconds > 0"),
+    ("check_interval", -1.5, "number of seconds > 0"),
+    ("check_interval", True, "number of seconds > 0"),
+    ("check_interval", None, "number of seconds > 0"),
     ("startup_timeout", "ten", "number of seconds > 0 or None"),
     ("startup_timeout", 0, "number of seconds > 0 or None"),
     ("log_replicas", 123, "list of replica type names"),
@@ -81,11 +81,11 @@ def test_operator_takes_good_labels_and_annotations():
         labels={"team": "ml", "example.com/owner": "a.b_c-d", "empty": "", "K": "V"},
         annotations={"example.com/note": "any text, even with spaces: ok"},
         startup_timeout=None,
-        poll_interval=1,
+        check_interval=1,
         log_replicas=["worker", "Master"],
     )
     assert op.labels["example.com/owner"] == "a.b_c-d" and op.startup_timeout is None
-    assert op.poll_interval == 1.0 and op.log_replicas == ["worker", "Master"]
+    assert op.check_interval == 1.0 and op.log_replicas == ["worker", "Master"]
 
 
 def test_master_is_the_old_name_of_the_deciding_replica():
@@ -177,6 +177,14 @@ def test_an_action_if_job_exists_set_after_parsing_is_refused_before_anything_is
 
     assert "action_if_job_exists must be one of 'reattach', 'recreate', 'fail'" in str(error.value)
     assert len(cluster.requests) == before  # nothing at all was sent
+
+
+def test_poll_interval_is_the_deprecated_name_of_check_interval():
+    with pytest.warns(DeprecationWarning, match="poll_interval is deprecated.*check_interval"):
+        op = operators.PyTorchJobOperator(task_id="train", job={}, poll_interval=2)
+    assert op.check_interval == 2.0 and not hasattr(op, "poll_interval")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="check_interval must be a number"):
+        operators.PyTorchJobOperator(task_id="train", job={}, poll_interval=0)
 
 
 def test_templated_namespace_is_checked_after_rendering(cluster):

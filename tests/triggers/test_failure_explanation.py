@@ -32,7 +32,7 @@ def trigger(case, name, **kwargs):
         job_name=name,
         namespace=NAMESPACE,
         get_logs=False,
-        poll_interval=0.1,
+        check_interval=0.1,
         **kwargs,
     )
 

@@ -83,7 +83,7 @@ async def streaming_then_cut(cluster, hook) -> tuple[asyncio.Task, TaskLog]:
     for i in range(1, 11):
         cluster.logs.write("default", POD, C, f"line {i}\n")
     task_log = TaskLog()
-    options = WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=50), poll_interval=0.1)
+    options = WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=50), check_interval=0.1)
     waiter = JobWaiter(hook, PYTORCH, "flushed", "default", options, task_log)
     waiting = asyncio.create_task(waiter.wait())
     await until(lambda: "[master-0] line 10" in task_log.infos)

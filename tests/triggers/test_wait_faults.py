@@ -175,7 +175,7 @@ async def test_children_reads(cluster, faults):
             namespace=NAMESPACE,
             deadline=deadline(),
             get_logs=False,
-            poll_interval=0.1,
+            check_interval=0.1,
         )
         event = await first(trigger)
         await trigger.on_kill()
