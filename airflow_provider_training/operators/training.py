@@ -112,16 +112,17 @@ class TrainingJobOperator(BaseOperator):
         check_interval: float = 5.0,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
+        poll_interval: float | None = None,  # check_interval's deprecated name, kept for .partial() too
         **kwargs: Any,
     ) -> None:
-        if "poll_interval" in kwargs:
+        if poll_interval is not None:
             warnings.warn(
                 "poll_interval is deprecated: nothing polls; use check_interval (the longest time between "
                 "the wait's time-based checks)",
                 DeprecationWarning,
                 stacklevel=2,
             )
-            check_interval = kwargs.pop("poll_interval")
+            check_interval = poll_interval
         super().__init__(**kwargs)
         if job is None:
             raise ValueError("job is required: a dict, YAML text, a .yaml/.yml path or a spec model")

@@ -187,6 +187,17 @@ def test_poll_interval_is_the_deprecated_name_of_check_interval():
         operators.PyTorchJobOperator(task_id="train", job={}, poll_interval=0)
 
 
+def test_poll_interval_is_still_taken_by_partial_and_expand():
+    """Mapped tasks of earlier DAG files pass it to ``.partial()``, which checks names against the signature;
+    each mapped task is then built with it (the constructor's warning, above)."""
+    from airflow.sdk import DAG
+
+    with DAG("mapped_poll_interval", schedule=None):
+        mapped = operators.PyTorchJobOperator.partial(task_id="train", poll_interval=0.5).expand(job=[{}, {}])
+
+    assert mapped.partial_kwargs["poll_interval"] == 0.5
+
+
 def test_templated_namespace_is_checked_after_rendering(cluster):
     op = operators.PyTorchJobOperator(
         task_id="train", job=manifest(PYTORCH, QUICK), namespace="{{ params.ns }}"
