@@ -107,9 +107,10 @@ def max_name_length(replica_types: Iterable[str]) -> int:
     return MAX_NAME - (longest + 2 + INDEX_DIGITS)
 
 
-def default_job_name(identity: TaskIdentity, replica_types: Iterable[str]) -> str:
-    """``<dag>-<task>`` made DNS-1035 and shortened, plus a hash of the full identity."""
-    limit = max_name_length(replica_types)
+def default_job_name(identity: TaskIdentity, replica_types: Iterable[str], *, limit: int = MAX_NAME) -> str:
+    """``<dag>-<task>`` made DNS-1035 and shortened, plus a hash of the full identity; at most ``limit``
+    characters (the job's own limit, when it is shorter than room for every replica type makes it)."""
+    limit = min(limit, max_name_length(replica_types))
     readable = re.sub(r"[^a-z0-9]+", "-", f"{identity.dag_id}-{identity.task_id}".lower()).strip("-")
     if not readable or not readable[0].isalpha():
         readable = f"j-{readable}".rstrip("-")
@@ -117,15 +118,19 @@ def default_job_name(identity: TaskIdentity, replica_types: Iterable[str]) -> st
     return f"{readable}-{identity.digest()[:HASH_LEN]}"
 
 
-def name_problem(name: str, limit: int) -> str | None:
-    """Why ``name`` cannot name a job whose names may be ``limit`` long, or ``None`` when it can."""
+def name_problem(name: str, limit: int, longest_suffix: str = "") -> str | None:
+    """Why ``name`` cannot name a job whose names may be ``limit`` long, or ``None`` when it can: the one
+    job-name check (``specs`` checks ``metadata.name`` with it, the submitter the name it sends).
+
+    ``longest_suffix`` (``-worker-11``), when known, names the longest child name in the message."""
     if not _DNS1035.match(name):
         return (
-            f"{name!r} is not a DNS-1035 label: lower-case letters, digits and '-', "
-            "starting with a letter and ending with a letter or digit"
+            "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and "
+            f"ending with a letter or digit (got {name!r})"
         )
     if len(name) > limit:
-        return f"{name!r} is {len(name)} characters; at most {limit} keep replica pod names within 63"
+        child = f"the pod name '{name}{longest_suffix}'" if longest_suffix else "its replica pod names"
+        return f"must be at most {limit} characters so that {child} stays within {MAX_NAME} (got {len(name)})"
     return None
 
 

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args
 
 # The states a wait can target: a job is waited for until it succeeded, or until it runs (JobState values,
 # spelled out so that DAG parsing does not import the kinds; tests/operators/test_parameters.py checks them).
-TARGET_STATES = ("Succeeded", "Running")
+TargetState = Literal["Succeeded", "Running"]
+TARGET_STATES: tuple[TargetState, ...] = get_args(TargetState)
 # The operator's wait_until: a target state, or None (return after submitting).
-WAIT_UNTIL = (*TARGET_STATES, None)
-ACTIONS_IF_EXISTS = ("reattach", "recreate", "fail")
-ON_FINISH_ACTIONS = ("keep", "delete", "delete_succeeded")
+WAIT_UNTIL: tuple[TargetState | None, ...] = (*TARGET_STATES, None)
+# What an earlier try's job of this task becomes (submission.py says how each is carried out).
+ActionIfExists = Literal["reattach", "recreate", "fail"]
+ACTIONS_IF_EXISTS: tuple[ActionIfExists, ...] = get_args(ActionIfExists)
+OnFinishAction = Literal["keep", "delete", "delete_succeeded"]
+ON_FINISH_ACTIONS: tuple[OnFinishAction, ...] = get_args(OnFinishAction)
 # What happens to the job when its task is killed (operator on_kill, or the trigger's while deferred).
-ON_KILL_ACTIONS = ("delete", "keep")
+OnKillAction = Literal["delete", "keep"]
+ON_KILL_ACTIONS: tuple[OnKillAction, ...] = get_args(OnKillAction)
 # log_replicas as a word: the replica type that decides the job (``master`` is its old name), or all.
 DECIDING = "deciding"
 LOG_REPLICAS_ALIASES = {"master": DECIDING}
@@ -34,7 +39,10 @@ MAX_SUBDOMAIN = 253
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 
 
-def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> Any:
+C = TypeVar("C")
+
+
+def check_choice(name: str, value: Any, allowed: Sequence[C]) -> C:
     """``value`` if it is one of ``allowed``, else a ValueError that names the parameter and the choices."""
     if not _is_hashable(value) or value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}; got {value!r}")

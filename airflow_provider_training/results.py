@@ -1,6 +1,6 @@
 """What a finished wait becomes: the XCom result, or an error that says why.
 
-The trigger's event is the single input for both (``TrainingJobTrigger`` documents its shape), so the
+The waiter's :class:`~airflow_provider_training.outcome.WaitEvent` is the single input for both, so the
 deferrable path, the sync path and the sensor tell the user the same thing.
 """
 
@@ -12,22 +12,21 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_training.diagnostics import format_events
-
-TAIL_LINES = 20
-
-Event = Mapping[str, Any]
+from airflow_provider_training.kinds.base import JobState
+from airflow_provider_training.outcome import Outcome, ReplicaFailure, WaitEvent
+from airflow_provider_training.params import OnFinishAction
 
 
 class TrainingJobError(AirflowException):
-    """The job did not reach its target state; ``event`` holds everything known about why."""
+    """The job did not reach its target state; ``event`` holds everything known about why (the payload)."""
 
-    def __init__(self, message: str, event: Event | None = None):
+    def __init__(self, message: str, event: WaitEvent | None = None):
         super().__init__(message)
-        self.event = dict(event or {})
+        self.event: dict[str, Any] = event.to_payload() if event is not None else {}
 
     @property
     def status(self) -> str:
-        return str(self.event.get("status", "error"))
+        return str(self.event.get("status", Outcome.ERROR.value))
 
 
 class TrainingJobSensorError(TrainingJobError, AirflowFailException):
@@ -38,10 +37,10 @@ def job_label(job: Mapping[str, Any]) -> str:
     return f"{job.get('kind', 'job')} {job.get('namespace', '?')}/{job.get('name', '?')}"
 
 
-def build_result(event: Event) -> dict[str, Any]:
+def build_result(event: WaitEvent) -> dict[str, Any]:
     """The XCom return value: identity, final status, replica table, pod names and times."""
-    job = event.get("job") or {}
-    status = event.get("job_status") or {}
+    job = event.job.to_dict() if event.job else {}
+    status = event.job_status or {}
     return {
         "name": job.get("name"),
         "namespace": job.get("namespace"),
@@ -52,7 +51,7 @@ def build_result(event: Event) -> dict[str, Any]:
         "reason": status.get("reason", ""),
         "message": status.get("message", ""),
         "replicas": status.get("replicas", {}),
-        "pods": list(event.get("pods") or []),
+        "pods": list(event.pods),
         "start": status.get("start"),
         "end": status.get("end"),
         "duration_seconds": status.get("duration_seconds"),
@@ -64,80 +63,82 @@ def result_line(result: Mapping[str, Any]) -> str:
     return f"{job_label(result)} is {result.get('state')}"
 
 
-def finish_deletion(event: Event, on_finish_action: str) -> str | None:
+def finish_deletion(event: WaitEvent, on_finish_action: OnFinishAction) -> str | None:
     """Why the job is deleted once the wait ended (``None``: it is kept): a timed-out job always, a finished
     one as ``on_finish_action`` says; after an ``error`` event (the wait broke, not the job) it is kept."""
-    state = (event.get("job_status") or {}).get("state")
-    if not event.get("job"):
+    if event.job is None:
         return None
-    if event.get("status") == "timeout":
+    if event.outcome is Outcome.TIMEOUT:
         return "timeout"
+    state = event.state
     deletes = on_finish_action == "delete" or (
-        on_finish_action == "delete_succeeded" and state == "Succeeded"
+        on_finish_action == "delete_succeeded" and state is JobState.SUCCEEDED
     )
-    if state in ("Succeeded", "Failed") and deletes:
+    if state in (JobState.SUCCEEDED, JobState.FAILED) and deletes:
         return f"on_finish_action={on_finish_action!r}"
     return None
 
 
-def failure_message(event: Event) -> str:
+_ENDED = {Outcome.FAILED: "failed", Outcome.TIMEOUT: "timed out", Outcome.DELETED: "was deleted"}
+
+
+def failure_message(event: WaitEvent) -> str:
     """A multi-line explanation of a failed, timed out, deleted or broken wait."""
-    job = event.get("job") or {}
-    status = event.get("job_status") or {}
-    outcome = {"failed": "failed", "timeout": "timed out", "deleted": "was deleted"}.get(
-        str(event.get("status")), "was never picked up" if status.get("stalled") else "could not be followed"
+    status = event.job_status or {}
+    outcome = _ENDED.get(
+        event.outcome, "was never picked up" if status.get("stalled") else "could not be followed"
     )
-    lines = [f"{job_label(job)} {outcome}: {event.get('message') or ''}".rstrip(": ")]
+    job = event.job.to_dict() if event.job else {}
+    lines = [f"{job_label(job)} {outcome}: {event.message}".rstrip(": ")]
     if status:
         state = f"state {status.get('state')}"
         if status.get("reason"):
             state += f", reason {status['reason']}"
-        if status.get("message") and status["message"] != event.get("message"):
+        if status.get("message") and status["message"] != event.message:
             state += f": {status['message']}"
         lines.append(f"Job status: {state}")
-    tails = event.get("log_tail") or {}
-    failures = event.get("replica_failures") or []
-    if failures:
+    if event.replica_failures:
         lines.append("Failing replicas:")
-    for f in failures:
-        where = (
-            f"{f['replica_type'].lower()}-{f['index']}" if f.get("index") is not None else f["replica_type"]
-        )
-        if f.get("count"):  # only the job status' count is known
-            lines.append(f"  {where}: {f['count']} failed, {f.get('message') or 'exit code unknown'}")
-            continue
-        exit_text = "no exit code" if f.get("exit_code") is None else f"exit code {f['exit_code']}"
-        if f.get("exit_code_unknown"):
-            exit_text = f"exit code unknown: {f['exit_code_unknown']}"
-        detail = f"  {where} (pod {f.get('pod') or '-'}, container {f.get('container') or '-'}): {exit_text}"
-        if f.get("reason"):
-            detail += f", reason {f['reason']}"
-        if f.get("message"):
-            detail += f": {f['message'].strip()}"
-        if f.get("restarts"):
-            detail += f" (restarts: {f['restarts']})"
-        if f.get("source") == "events":
-            detail += " (from the job's events)"
-        lines.append(detail)
-        tail = tails.get(f.get("pod") or "") or []
-        if tail:
-            lines.append(f"    last {len(tail)} log lines of {f['pod']}:")
-            lines.extend(f"    | {line}" for line in tail)
-        elif f.get("log"):
-            lines.append(f"    no log lines: {f['log']}")
-    for pod, tail in tails.items():
-        if tail and not any(f.get("pod") == pod for f in failures):
+    for failure in event.replica_failures:
+        lines += _failure_lines(failure, event.log_tail.get(failure.pod or "") or [])
+    explained = {f.pod for f in event.replica_failures}
+    for pod, tail in event.log_tail.items():
+        if tail and pod not in explained:
             lines.append(f"Last {len(tail)} log lines of {pod}:")
             lines.extend(f"    | {line}" for line in tail)
-    events = event.get("events") or []
-    if events:
+    if event.events:
         lines.append("Recent warning events:")
-        lines.extend(f"  {e}" for e in format_events(events))
-    lines.extend(f"Note: {note}" for note in event.get("notes") or [])
+        lines.extend(f"  {e}" for e in format_events(event.events))
+    lines.extend(f"Note: {note}" for note in event.notes)
     return "\n".join(lines)
 
 
-def raise_for_event(event: Event, error_cls: type[TrainingJobError] = TrainingJobError) -> None:
+def _failure_lines(f: ReplicaFailure, tail: list[str]) -> list[str]:
+    """One failing replica, and its last log lines (or why there are none)."""
+    if f.count:  # only the job status' count is known
+        return [f"  {f.where}: {f.count} failed, {f.message or 'exit code unknown'}"]
+    exit_text = "no exit code" if f.exit_code is None else f"exit code {f.exit_code}"
+    if f.exit_code_unknown:
+        exit_text = f"exit code unknown: {f.exit_code_unknown}"
+    detail = f"  {f.where} (pod {f.pod or '-'}, container {f.container or '-'}): {exit_text}"
+    if f.reason:
+        detail += f", reason {f.reason}"
+    if f.message:
+        detail += f": {f.message.strip()}"
+    if f.restarts:
+        detail += f" (restarts: {f.restarts})"
+    if f.source == "events":
+        detail += " (from the job's events)"
+    lines = [detail]
+    if tail:
+        lines.append(f"    last {len(tail)} log lines of {f.pod}:")
+        lines.extend(f"    | {line}" for line in tail)
+    elif f.log:
+        lines.append(f"    no log lines: {f.log}")
+    return lines
+
+
+def raise_for_event(event: WaitEvent, error_cls: type[TrainingJobError] = TrainingJobError) -> None:
     """Raise ``error_cls`` unless the event reports success."""
-    if event.get("status") != "success":
+    if not event.succeeded:
         raise error_cls(failure_message(event), event)

@@ -1,5 +1,8 @@
 """Submitting a job from a worker: validate, name, find an earlier try's job, create at most once.
 
+Nothing else: reading a job's status is :mod:`~airflow_provider_training.reading`'s, waiting
+:mod:`~airflow_provider_training.waiting`'s; the caller passes the one hook its execution uses.
+
 Order of business in :meth:`JobSubmitter.submit`:
 
 1. ``task_state_store``: the identity an earlier try stored right after its create;
@@ -24,15 +27,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_training import naming
+from airflow_provider_training.outcome import JobRef
+from airflow_provider_training.params import ACTIONS_IF_EXISTS, check_choice
 
 if TYPE_CHECKING:
     from airflow_provider_training.hooks.training import TrainingJobHook
-    from airflow_provider_training.kinds.base import JobKind, JobStatus
+    from airflow_provider_training.kinds.base import JobKind
+    from airflow_provider_training.waiting import Log
 
 STATE_KEY = "training_job"
 # Seconds, beyond the pods' grace periods, that a job being deleted may take (controllers, the garbage
@@ -47,24 +53,23 @@ class JobExistsFailure(AirflowException):
 
 
 class JobSubmitter:
-    """The worker-side steps before waiting, over the sync hook (created lazily, closed after each call)."""
+    """The worker-side steps before waiting: :meth:`prepare` (no I/O), then :meth:`submit` over the sync hook.
+
+    ``action_if_job_exists`` is checked here, where it is used: anything but ``reattach``, ``recreate`` or
+    ``fail`` is refused (a ``ValueError`` naming it) before anything is sent.
+    """
 
     def __init__(
         self,
         *,
         kubernetes_conn_id: str | None,
-        action_if_job_exists: str = "reattach",
-        log: Any = None,
+        action_if_job_exists: Any = "reattach",
+        log: Log | None = None,
     ):
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.action = action_if_job_exists
-        self.log = log or logging.getLogger(__name__)
+        self.action = check_choice("action_if_job_exists", action_if_job_exists, ACTIONS_IF_EXISTS)
+        self.log: Log = log or logging.getLogger(__name__)
         self.try_number: int | None = None  # the submitting try, recorded with the job (submit sets it)
-
-    def hook(self) -> TrainingJobHook:
-        from airflow_provider_training.hooks.training import TrainingJobHook
-
-        return TrainingJobHook(self.kubernetes_conn_id)
 
     def prepare(
         self,
@@ -95,8 +100,13 @@ class JobSubmitter:
             expected = f"must be {api_version} for this operator (got {job_kind.api_version!r})"
             raise SpecError([("apiVersion", expected)], kind=job_kind.kind)
         meta = manifest.get("metadata") or {}
-        name = job_name or meta.get("name") or naming.default_job_name(identity, job_kind.replica_types)
-        problem = naming.name_problem(name, model.name_limit())
+        limit = model.name_limit()
+        name = (
+            job_name
+            or meta.get("name")
+            or naming.default_job_name(identity, job_kind.replica_types, limit=limit)
+        )
+        problem = naming.name_problem(name, limit)
         if problem:
             raise SpecError([("metadata.name", problem)], kind=job_kind.kind)
         unreachable = wait_until and job_kind.check_target(manifest, JobState(wait_until))
@@ -111,16 +121,17 @@ class JobSubmitter:
         )
         return job_kind, body
 
-    def submit(self, kind: JobKind, body: dict[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+    def submit(
+        self, hook: TrainingJobHook, kind: JobKind, body: dict[str, Any], context: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """Reattach to, replace or create the job (see the module docstring); returns the live object."""
         identity = naming.TaskIdentity.from_context(context)
         self.try_number = identity.try_number
         store = context["task_state_store"]
-        with self.hook() as hook:
-            meta = body["metadata"]
-            meta["namespace"] = meta.get("namespace") or hook.get_namespace()
-            earlier = self._previous(hook, kind, meta["namespace"], identity, stored_reference(context))
-            return self._settle(hook, kind, body, identity, store, earlier)
+        meta = body["metadata"]
+        meta["namespace"] = meta.get("namespace") or hook.get_namespace()
+        earlier = self._previous(hook, kind, meta["namespace"], identity, stored_reference(context))
+        return self._settle(hook, kind, body, identity, store, earlier)
 
     def _previous(
         self,
@@ -202,10 +213,10 @@ class JobSubmitter:
                     _creator(job),
                     identity.try_number,
                 )
-                self._remember(store, self.reference(kind, job))
+                self._remember(store, JobRef.of(kind, job))
                 return job
             if not cleared and self._reuses(hook, kind, job):
-                self._remember(store, self.reference(kind, job))
+                self._remember(store, JobRef.of(kind, job))
                 return job
             if hook.delete_job(kind, job["metadata"]["name"], job["metadata"]["namespace"], uid=decided):
                 self._wait_gone(hook, kind, job, True)
@@ -219,17 +230,25 @@ class JobSubmitter:
 
     def _reuses(self, hook: TrainingJobHook, kind: JobKind, job: dict[str, Any]) -> bool:
         """Whether the earlier try's job is kept (``reattach`` and not Failed); logs the decision."""
+        from airflow_provider_training.kinds.base import JobState
+        from airflow_provider_training.reading import read_status
+
         label = f"{_label(kind, job)} ({_creator(job)})"
-        if self.action == "reattach":
-            status = self.status(hook, kind, job)
-            if status.state.value != "Failed":
-                self.log.info("Reattaching to %s (state %s)", label, status.state.value)
-                return True
-            self.log.info(
-                "The earlier %s failed (%s); deleting it and submitting again", label, status.reason
-            )
-        else:
-            self.log.info("Deleting the earlier %s (action_if_job_exists='recreate')", label)
+        match self.action:
+            case "reattach":
+                status = read_status(hook, kind, job)
+                if status.state is not JobState.FAILED:
+                    self.log.info("Reattaching to %s (state %s)", label, status.state.value)
+                    return True
+                self.log.info(
+                    "The earlier %s failed (%s); deleting it and submitting again", label, status.reason
+                )
+            case "recreate":
+                self.log.info("Deleting the earlier %s (action_if_job_exists='recreate')", label)
+            case "fail":  # refused in _settle before the job is looked at again
+                raise AssertionError("action_if_job_exists='fail' never reuses or replaces a job")
+            case _:
+                assert_never(self.action)
         return False
 
     def _wait_gone(self, hook: TrainingJobHook, kind: JobKind, job: dict[str, Any], ours: bool) -> None:
@@ -262,67 +281,18 @@ class JobSubmitter:
         self, hook: TrainingJobHook, kind: JobKind, body: dict[str, Any], store: Any
     ) -> dict[str, Any]:
         job = hook.create_job(kind, body, body["metadata"]["namespace"])
-        ref = self.reference(kind, job)
+        ref = JobRef.of(kind, job)
         self._remember(store, ref)
-        self.log.info("Created %s %s/%s (uid %s)", kind.kind, ref["namespace"], ref["name"], ref["uid"])
+        self.log.info("Created %s (uid %s)", ref.label, ref.uid)
         return job
 
-    def _remember(self, store: Any, ref: Mapping[str, Any]) -> None:
+    def _remember(self, store: Any, ref: JobRef) -> None:
         """Persist the job identity for the next try, with the connection and the try that stored it (what
         the Training tab of the Airflow UI reads, as the serialized DAG keeps neither)."""
         store.set(
-            STATE_KEY, {**ref, "kubernetes_conn_id": self.kubernetes_conn_id, "try_number": self.try_number}
+            STATE_KEY,
+            {**ref.to_dict(), "kubernetes_conn_id": self.kubernetes_conn_id, "try_number": self.try_number},
         )
-
-    @staticmethod
-    def reference(kind: JobKind, job: Mapping[str, Any]) -> dict[str, Any]:
-        meta = job.get("metadata") or {}
-        return {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "kind": kind.kind,
-            "api_version": kind.api_version,
-        }
-
-    def status(
-        self,
-        hook: TrainingJobHook,
-        kind: JobKind,
-        job: Mapping[str, Any],
-        *,
-        grace_seconds: float | None = None,
-    ) -> JobStatus:
-        """The job's status, with its status children read first where the kind needs them."""
-        meta = job.get("metadata") or {}
-        needs_children = any(c.needed_for_status for c in kind.children)
-        children = hook.list_children(kind, meta["name"], meta["namespace"]) if needs_children else {}
-        return kind.status(job, children, grace_seconds=grace_seconds)  # type: ignore[arg-type]
-
-    def read(
-        self, kind: JobKind, name: str, namespace: str | None, *, grace_seconds: float | None = None
-    ) -> tuple[dict[str, Any] | None, JobStatus | None]:
-        """The job and its status (``None, None`` when it does not exist): one status read, for sensors."""
-        with self.hook() as hook:
-            job = hook.get_job(kind, name, namespace or hook.get_namespace())
-            if job is None:
-                return None, None
-            return job, self.status(hook, kind, job, grace_seconds=grace_seconds)
-
-    def is_terminal(self, kind: JobKind, job: Mapping[str, Any]) -> bool:
-        with self.hook() as hook:
-            return self.status(hook, kind, job).state.terminal
-
-    def snapshot(self, kind: JobKind, job: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, Any]:
-        """An event-shaped record of the job as it is now (for ``wait_until=None``)."""
-        with self.hook() as hook:
-            status = self.status(hook, kind, job)
-        return {"status": "success", "job": dict(ref), "job_status": status.to_dict(), "pods": []}
-
-    def delete(self, kind: JobKind, name: str, namespace: str, uid: str | None = None) -> bool:
-        """Delete the job; with ``uid`` only that object (not another try's job of the same name)."""
-        with self.hook() as hook:
-            return hook.delete_job(kind, name, namespace, uid=uid)
 
 
 def _uid(job: Mapping[str, Any] | None) -> str | None:

@@ -3,9 +3,10 @@
 :class:`JobWaiter` follows a job through the shared :class:`~airflow_provider_training.watch.WatchHub`
 (the job, its replica pods and, for kinds that need them, its status children), logs state changes with a
 replica table, streams replica logs, warns once per pod and reason about stuck replicas, enforces the
-absolute deadline and the startup timeout, and returns one event payload (its shape is documented in
-:mod:`airflow_provider_training.triggers.training`).
-:func:`run_inline` runs a trigger's first event in the calling thread; that is the sync mode.
+absolute deadline and the startup timeout, and returns one
+:class:`~airflow_provider_training.outcome.WaitEvent`.
+:meth:`JobWaiter.conclude` ends it in one step, without a watch, for a job that is finished already.
+The trigger runs it in the triggerer; the sync mode runs it on the worker's hook (:func:`run_on`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import asyncio
 import contextlib
 import heapq
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from airflow_provider_training import diagnostics as diag
 from airflow_provider_training.kinds.base import (
@@ -29,12 +30,14 @@ from airflow_provider_training.kinds.base import (
     ResourceRef,
     parse_time,
 )
+from airflow_provider_training.outcome import JobRef, Outcome, ReplicaFailure, WaitEvent
 
 if TYPE_CHECKING:
-    from airflow.triggers.base import BaseTrigger
+    from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
+    from airflow_provider_training.logs import ReplicaLogStreamer
+    from airflow_provider_training.watch import WatchEvent
 
-    from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-
+T = TypeVar("T")
 TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
@@ -46,7 +49,7 @@ class WaitOptions:
     deadline: datetime | None = None
     startup_timeout: float | None = None
     status_grace_period: float = 60.0
-    poll_interval: float = 5.0
+    check_interval: float = 5.0  # the longest time between the time-based checks (deadline, startup)
     get_logs: bool = True
     log_replicas: str | list[str] = "master"
     max_log_streams: int | None = None  # ReplicaLogStreamer's max_streams
@@ -56,14 +59,23 @@ class WaitOptions:
     log_mark_until: int | None = None  # lines stamped up to this key may repeat (marked)
 
 
+class Log(Protocol):
+    """What the waiter logs through: an operator's, a trigger's or a module's logger."""
+
+    def info(self, msg: Any, /, *args: Any) -> Any: ...
+    def warning(self, msg: Any, /, *args: Any) -> Any: ...
+    def error(self, msg: Any, /, *args: Any) -> Any: ...
+    def exception(self, msg: Any, /, *args: Any) -> Any: ...
+
+
 class _Finished(Exception):
-    def __init__(self, status: str, message: str, job_status: JobStatus | None = None):
+    def __init__(self, outcome: Outcome, message: str, job_status: JobStatus | None = None):
         super().__init__(message)
-        self.status, self.message, self.job_status = status, message, job_status
+        self.outcome, self.message, self.job_status = outcome, message, job_status
 
 
 class JobWaiter:
-    """Waits for one job; :meth:`wait` returns the event payload."""
+    """Waits for one job; :meth:`wait` returns the event."""
 
     def __init__(
         self,
@@ -72,12 +84,15 @@ class JobWaiter:
         name: str,
         namespace: str,
         options: WaitOptions,
-        log: Any,
+        log: Log,
     ):
         self.hook, self.kind, self.name, self.namespace = hook, kind, name, namespace
         self.opts, self.log = options, log
         self.job: RawObject | None = None
-        self.children: dict[str, dict[str, RawObject]] = {}  # by resource key, then name
+        # The status children by resource key, then name.
+        self.children: dict[str, dict[str, RawObject]] = {
+            child.resource.key: {} for child in kind.children if child.needed_for_status
+        }
         # The last state of every replica pod seen, kept after a cleanup policy deleted the pod.
         self.seen_pods: dict[str, RawObject] = {}
         self.status: JobStatus | None = None
@@ -87,7 +102,7 @@ class JobWaiter:
         self._warned: set[tuple[str, str]] = set()
         self._last_seen: tuple[Any, ...] | None = None
         self._suspended_logged_at: datetime | None = None
-        self._streamer: Any = None
+        self._streamer: ReplicaLogStreamer | None = None
         self._began = datetime.now(UTC)
         self._notes: list[str] = []  # what could not be read, for the event
         self._tick_entry: _TickEntry | None = None
@@ -96,14 +111,35 @@ class JobWaiter:
     def label(self) -> str:
         return f"{self.kind.kind} {self.namespace}/{self.name}"
 
-    async def wait(self) -> dict[str, Any]:
+    async def wait(self) -> WaitEvent:
         """The event; every API read of the wait retries transient failures until the deadline."""
         from airflow_provider_training.hooks.retry import retry_until
 
         with retry_until(self.opts.deadline):
             return await self._wait()
 
-    async def _wait(self) -> dict[str, Any]:
+    async def conclude(self, job: RawObject) -> WaitEvent | None:
+        """The event for ``job`` as just read, when its status already ends the wait (finished, at the
+        target, stalled, or never able to reach it); ``None`` while it has yet to. No watch: the status
+        children (for the kinds that need them), the pods by label and, for a failure, its explanation are
+        read once. A :meth:`wait` after a ``None`` goes on from what was read here."""
+        from airflow_provider_training.hooks.retry import retry_until
+
+        with retry_until(self.opts.deadline):
+            try:
+                self._take_job(job)
+                if self.children:
+                    listed = await self.hook.list_children(self.kind, self.name, self.namespace)
+                    for key, objects in listed.items():
+                        self.children[key] = {_name(obj): obj for obj in objects}
+                await self._evaluate()
+            except _Finished as done:
+                return await self._event(done)
+            except Exception as exc:
+                return await self._event(self._failed_read(exc))
+            return None
+
+    async def _wait(self) -> WaitEvent:
         from airflow_provider_training.watch import WatchHub
 
         hub = WatchHub.shared()
@@ -147,13 +183,13 @@ class JobWaiter:
             state = self.status.state.value if self.status else "not found"
             self.log.warning("Waiting for %s: the deadline passed while retrying %s", self.label, text)
             message = f"deadline {deadline.isoformat()} passed while {state} (last read failed: {text})"
-            return _Finished("timeout", message, self.status)
+            return _Finished(Outcome.TIMEOUT, message, self.status)
         if isinstance(exc, KubeApiError):
             text += _HINTS.get(exc.status, "")
             self.log.error("Waiting for %s failed: %s", self.label, text)
         else:
             self.log.exception("Waiting for %s failed", self.label)
-        return _Finished("error", text, self.status)
+        return _Finished(Outcome.ERROR, text, self.status)
 
     def _watched(self) -> list[tuple[str, ResourceRef, dict[str, str]]]:
         """(tag, resource, subscription) of everything followed: the job by name, the replica pods by each
@@ -167,7 +203,6 @@ class JobWaiter:
             watched.append(("pod", PODS, {"label_selector": selector}))
         for child in self.kind.children:
             if child.needed_for_status:
-                self.children[child.resource.key] = {}
                 how = (
                     {"name": child.name(self.name)}
                     if child.name
@@ -212,26 +247,28 @@ class JobWaiter:
 
     def _tick(self) -> float:
         """How long to wait for the next watch event; the first (the job as it is) gets a full interval."""
-        tick = self.opts.poll_interval
+        tick = self.opts.check_interval
         if self.opts.deadline is not None and self.job is not None:
             tick = min(tick, max(0.0, (self.opts.deadline - datetime.now(UTC)).total_seconds()))
         return max(tick, 0.01)
 
-    async def _on_job(self, event: Any) -> None:
+    async def _on_job(self, event: WatchEvent) -> None:
         obj = event.object
         if event.type == "DELETED" or (self.uid and _uid(obj) and _uid(obj) != self.uid):
             if self.job is None and self.opts.allow_missing:
                 return
             gone = "was deleted while waiting" if self.job is not None else "does not exist (any more)"
-            raise _Finished("deleted", f"{self.label} {gone}", self.status)
-        if event.type == "ERROR":
-            raise _Finished("error", f"watch error: {obj.get('message', obj)}", self.status)
+            raise _Finished(Outcome.DELETED, f"{self.label} {gone}", self.status)
+        self._take_job(obj)
+
+    def _take_job(self, obj: RawObject) -> None:
+        """Keep the job's latest state; the first one is checked against the target."""
         first = self.job is None
         self.job, self.uid = obj, self.uid or _uid(obj)
         if first and (problem := self.kind.check_target(obj, self.opts.target)):
-            raise _Finished("error", problem, None)
+            raise _Finished(Outcome.ERROR, problem, None)
 
-    async def _on_pod(self, event: Any) -> None:
+    async def _on_pod(self, event: WatchEvent) -> None:
         obj = event.object
         name = diag.pod_name(obj)
         if not self._record_pod(event) or event.type == "DELETED":
@@ -267,13 +304,13 @@ class JobWaiter:
         if status.state in (JobState.RUNNING, JobState.RESTARTING, JobState.SUCCEEDED, JobState.FAILED):
             self._started = True
         if status.state == JobState.FAILED:
-            raise _Finished("failed", status.message or status.reason or "the job failed", status)
+            raise _Finished(Outcome.FAILED, status.message or status.reason or "the job failed", status)
         if status.state == JobState.SUCCEEDED or (
             self.opts.target == JobState.RUNNING and status.state == JobState.RUNNING
         ):
-            raise _Finished("success", f"{self.label} is {status.state.value}", status)
+            raise _Finished(Outcome.SUCCESS, f"{self.label} is {status.state.value}", status)
         if status.stalled:  # no status past the grace period: its operator seems not to be running
-            raise _Finished("error", status.message, status)
+            raise _Finished(Outcome.ERROR, status.message, status)
         self._note_suspended(status)
 
     def _note_suspended(self, status: JobStatus) -> None:
@@ -309,7 +346,7 @@ class JobWaiter:
                 " (the job is suspended)" if self.status and self.status.state == JobState.SUSPENDED else ""
             )
             raise _Finished(
-                "timeout",
+                Outcome.TIMEOUT,
                 f"deadline {self.opts.deadline.isoformat()} passed while {state}{note}",
                 self.status,
             )
@@ -324,9 +361,10 @@ class JobWaiter:
         ):
             stuck = sorted({f"{pod}: {reason}" for pod, reason in self._warned})
             detail = f"; stuck replicas: {', '.join(stuck)}" if stuck else ""
-            raise _Finished("timeout", f"no replica pod started within {timeout:g}s{detail}", self.status)
+            message = f"no replica pod started within {timeout:g}s{detail}"
+            raise _Finished(Outcome.TIMEOUT, message, self.status)
 
-    def _log_streamer(self) -> Any:
+    def _log_streamer(self) -> ReplicaLogStreamer:
         from airflow_provider_training.logs import ReplicaLogStreamer
 
         return ReplicaLogStreamer(
@@ -344,33 +382,30 @@ class JobWaiter:
         )
 
     @property
-    def streamer(self) -> Any:
+    def streamer(self) -> ReplicaLogStreamer | None:
         """The replica log streamer (``None`` before the wait started or without ``get_logs``)."""
         return self._streamer
 
-    async def _event(self, done: _Finished) -> dict[str, Any]:
+    async def _event(self, done: _Finished) -> WaitEvent:
         status = done.job_status or self.status
-        event: dict[str, Any] = {
-            "status": done.status,
-            "job": self.identity(),
-            "job_status": status.to_dict() if status else None,
-            "message": done.message,
-            "pods": sorted(self.seen_pods),
-            "replica_failures": [],
-            "log_tail": {},
-            "events": [],
-            "notes": self._notes,
-        }
-        needs_pods = done.status in ("failed", "timeout") or (
-            done.status == "success" and not self._all_pods_seen()
+        event = WaitEvent(
+            outcome=done.outcome,
+            job=self.identity(),
+            job_status=status.to_dict() if status else None,
+            message=done.message,
+            pods=sorted(self.seen_pods),
+            notes=self._notes,
+        )
+        needs_pods = done.outcome in (Outcome.FAILED, Outcome.TIMEOUT) or (
+            done.outcome is Outcome.SUCCESS and not self._all_pods_seen()
         )
         if needs_pods:
             try:  # the event goes out even if these reads fail
                 # The pods as they are now: the job may have ended before their watch events arrived.
                 listed = await self.hook.list_job_pods(self.kind, self.name, self.namespace)
                 pods = {**self.seen_pods, **{diag.pod_name(p): p for p in listed}}
-                event["pods"] = sorted(pods)
-                if done.status != "success":
+                event.pods = sorted(pods)
+                if not event.succeeded:
                     await self._explain(event, list(pods.values()))
             except Exception as exc:
                 self._notes.append(f"the explanation is incomplete: {exc}")
@@ -384,7 +419,7 @@ class JobWaiter:
             if tag == "pod":
                 self._record_pod(item)
 
-    def _record_pod(self, event: Any) -> bool:
+    def _record_pod(self, event: WatchEvent) -> bool:
         """Keep a watched pod's latest state if it is one of this job's replicas."""
         if not self.kind.owns_pod(self.name, event.object):
             return False
@@ -396,50 +431,53 @@ class JobWaiter:
         desired = [c.desired for c in (self.status.replicas.values() if self.status else [])]
         return bool(desired) and None not in desired and len(self.seen_pods) >= sum(d or 0 for d in desired)
 
-    async def _explain(self, event: dict[str, Any], pods: list[RawObject]) -> None:
+    async def _explain(self, event: WaitEvent, pods: list[RawObject]) -> None:
         """Failing replicas with exit codes, their last log lines, and the recent Warning events, from what
         survives: the pods' last states (as listed now or as any watch saw them), what the job's status and
         its own events record (pods may be gone: cleanPodPolicy, T9k), else the status' replica counts."""
         job_events = await self.hook.list_events(self.namespace, self.name, self.kind.kind, uid=self.uid)
-        failures = diag.replica_failures(self.kind, pods)
+        failures = _failures(diag.replica_failures(self.kind, pods))
         recorded = self.kind.failed_replicas(self.job) if self.job is not None else []
         for more in (recorded, self.kind.failures_in_events(self.name, job_events)):
-            known = {f.get("pod") for f in failures}
-            failures += [f for f in more if f.get("pod") not in known]
+            known = {f.pod for f in failures}
+            failures += [f for f in _failures(more) if f.pod not in known]
         if not failures and self.status is not None:
-            failures = diag.counted_failures(self.kind, self.status, pods)
-        event["replica_failures"] = failures
+            failures = _failures(diag.counted_failures(self.kind, self.status, pods))
+        event.replica_failures = failures
         by_name = {diag.pod_name(p): p for p in pods}
         since = str(((self.job or {}).get("metadata") or {}).get("creationTimestamp") or "")
         events = list(job_events)
-        for pod in {f["pod"] for f in failures if f.get("pod")} | {pod for pod, _ in self._warned}:
+        for pod in {f.pod for f in failures if f.pod} | {pod for pod, _ in self._warned}:
             if pod in by_name:
                 events.extend(await self.hook.list_events(self.namespace, pod, "Pod", uid=_uid(by_name[pod])))
             else:  # never seen, so its uid is unknown: an earlier pod of that name is older than the job
                 listed = await self.hook.list_events(self.namespace, pod, "Pod")
                 events.extend(e for e in listed if diag.event_time(e) >= since)
-        event["events"] = diag.warning_events(events)
+        event.events = diag.warning_events(events)
         for failure in failures:
-            if failure.get("pod") and failure["pod"] not in by_name and failure.get("exit_code") is None:
-                failure["exit_code_unknown"] = "the pod was deleted before it could be read"
-            if failure.get("pod"):
-                lines, why = await self._tail(failure)
-                event["log_tail"][failure["pod"]] = lines
+            if failure.pod and failure.pod not in by_name and failure.exit_code is None:
+                failure.exit_code_unknown = "the pod was deleted before it could be read"
+            if failure.pod:
+                lines, why = await self._tail(failure.pod, failure.container)
+                event.log_tail[failure.pod] = lines
                 if not lines and why:
-                    failure["log"] = why
+                    failure.log = why
 
-    async def _tail(self, failure: Mapping[str, Any]) -> tuple[list[str], str]:
+    async def _tail(self, pod: str, container: str | None) -> tuple[list[str], str]:
         """The failing replica's last lines, or none and why they could not be read."""
-        if self._streamer is not None and (seen := self._streamer.tail(failure["pod"])):
+        if self._streamer is not None and (seen := self._streamer.tail(pod)):
             return list(seen)[-TAIL_LINES:], ""
         from airflow_provider_training.hooks.errors import KubeApiError
 
-        container = failure.get("container") or self.kind.default_container
         why = ""
         for previous in (False, True):
             try:
                 text = await self.hook.read_log(
-                    self.namespace, failure["pod"], container, tail_lines=TAIL_LINES, previous=previous
+                    self.namespace,
+                    pod,
+                    container or self.kind.default_container,
+                    tail_lines=TAIL_LINES,
+                    previous=previous,
                 )
             except Exception as exc:
                 gone = isinstance(exc, KubeApiError) and exc.status == 404
@@ -449,14 +487,13 @@ class JobWaiter:
                 return text.splitlines()[-TAIL_LINES:], ""
         return [], why
 
-    def identity(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "namespace": self.namespace,
-            "uid": self.uid,
-            "kind": self.kind.kind,
-            "api_version": self.kind.api_version,
-        }
+    def identity(self) -> JobRef:
+        return JobRef(self.name, self.namespace, self.uid, self.kind.kind, self.kind.api_version)
+
+
+def _failures(found: list[dict[str, Any]]) -> list[ReplicaFailure]:
+    """The replica failures ``diagnostics`` and the kinds read, typed."""
+    return [ReplicaFailure.from_dict(f) for f in found]
 
 
 _HINTS = {
@@ -542,25 +579,21 @@ def _uid(obj: Mapping[str, Any]) -> str | None:
     return (obj.get("metadata") or {}).get("uid")
 
 
-def _apply(objects: dict[str, RawObject], event: Any) -> None:
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _apply(objects: dict[str, RawObject], event: WatchEvent) -> None:
     """Apply a watch event to a name -> object map."""
-    name = diag.pod_name(event.object)
     if event.type == "DELETED":
-        objects.pop(name, None)
+        objects.pop(_name(event.object), None)
     else:
-        objects[name] = event.object
+        objects[_name(event.object)] = event.object
 
 
-def run_inline(trigger: BaseTrigger) -> dict[str, Any]:
-    """Run ``trigger`` to its first event and return the payload: the sync mode of operators and sensors."""
+def run_on(hook: TrainingJobHook, work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` (a :class:`JobWaiter`'s, on ``hook.async_hook``) on the sync hook's own event loop, the
+    one its other calls use: the sync mode's waiting, with the execution's one hook and client.
 
-    async def first() -> dict[str, Any]:
-        agen: Any = trigger.run()
-        try:
-            event = await anext(agen)
-        finally:
-            await agen.aclose()
-            await trigger.cleanup()
-        return dict(event.payload)
-
-    return asyncio.run(first())
+    Until the hook offers this itself, it goes through the facade's loop thread."""
+    return hook._loop_thread().run(work)

@@ -283,24 +283,24 @@ def training_job(secret_name: str, proof_dir: Path, *, fail_master: bool = False
 
 
 def operator(job: dict[str, Any]) -> PyTorchJobOperator:
-    return PyTorchJobOperator(task_id="train", job=job, log_replicas="all", poll_interval=0.2)
+    return PyTorchJobOperator(task_id="train", job=job, log_replicas="all", check_interval=0.2)
 
 
 def run_task(op: PyTorchJobOperator, mode: str, output: TaskOutput) -> Any:
     """Run ``op`` as Airflow would in ``mode`` (the operator tests' way); everything it shows besides logs
     goes to ``output``: the trigger's serialized kwargs, the event, the XComs, the result or the error."""
-    defer, complete = op.defer, op.execute_complete
+    defer, complete = op.defer, op._complete
 
     def recording_defer(**kwargs: Any) -> None:
         output.add("trigger kwargs", kwargs["trigger"].serialize())
         defer(**kwargs)
 
-    def recording_complete(context: Any, event: dict[str, Any]) -> Any:
-        output.add("trigger event", event)
-        return complete(context, event)
+    def recording_complete(event: Any, hook: Any) -> Any:  # the event of both modes, as its payload
+        output.add("trigger event", event.to_payload())
+        return complete(event, hook)
 
     op.defer = recording_defer  # type: ignore[method-assign, assignment]
-    op.execute_complete = recording_complete  # type: ignore[method-assign]
+    op._complete = recording_complete  # type: ignore[method-assign]
     context = make_context()
     try:
         result = run_operator(op, context, mode)
@@ -445,7 +445,7 @@ def test_unauthorized_trigger_event_shows_no_token(
         api_version="kubeflow.org/v1",
         job_name="any",
         namespace=NAMESPACE,
-        poll_interval=0.2,
+        check_interval=0.2,
     )
     event = first_event(trigger)
     output.add("trigger event", event)

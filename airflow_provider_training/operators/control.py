@@ -13,10 +13,10 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class TrainingJobSuspendOperator(BaseOperator):
-    """Suspend the job ``job_name`` (Kubeflow ``runPolicy.suspend``, T9k ``runMode.pause``) and return its
-    result dict as it is right after the change. Kinds whose API cannot be suspended are refused before any
-    request. A waiting operator or sensor keeps waiting while the job is suspended, up to its deadline.
+class TrainingJobControlOperator(BaseOperator):
+    """What suspending and resuming share: find the job ``job_name``, send its kind's ``suspend_patch``, and
+    return its result dict as it is right after the change. Kinds whose API cannot be suspended are refused
+    before any request. Subclasses set :attr:`suspend`.
 
     :param job_name: the job. :param kind: its kind name (fixed by the per-family subclasses).
     :param api_version: to pick among same-named kinds. :param namespace: default: the connection's.
@@ -27,7 +27,7 @@ class TrainingJobSuspendOperator(BaseOperator):
 
     job_kind: ClassVar[str | None] = None
     job_api_version: ClassVar[str | None] = None
-    suspend: ClassVar[bool] = True
+    suspend: ClassVar[bool]  # True: suspend the job; False: resume it
 
     def __init__(
         self,
@@ -49,9 +49,11 @@ class TrainingJobSuspendOperator(BaseOperator):
         self.kubernetes_conn_id = check_text("kubernetes_conn_id", kubernetes_conn_id, optional=True)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_training.hooks.training import TrainingJobHook
         from airflow_provider_training.kinds.registry import get_kind
+        from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
+        from airflow_provider_training.reading import read_status
         from airflow_provider_training.results import build_result
-        from airflow_provider_training.submission import JobSubmitter
 
         check_text("job_name", self.job_name)  # the templated fields, rendered
         check_namespace("namespace", self.namespace)
@@ -61,18 +63,25 @@ class TrainingJobSuspendOperator(BaseOperator):
             raise ValueError(
                 f"{kind.kind} ({kind.api_version}) cannot be suspended or resumed: its API has no such field"
             )
-        submitter = JobSubmitter(kubernetes_conn_id=self.kubernetes_conn_id, log=self.log)
-        with submitter.hook() as hook:
+        with TrainingJobHook(self.kubernetes_conn_id) as hook:
             namespace = self.namespace or hook.get_namespace()
             job = hook.patch_job(kind, self.job_name, namespace, patch)
-            status = submitter.status(hook, kind, job)
+            status = read_status(hook, kind, job)
         action = "Suspended" if self.suspend else "Resumed"
         self.log.info("%s %s %s/%s (now %s)", action, kind.kind, namespace, self.job_name, status.state.value)
-        ref = submitter.reference(kind, job)
-        return build_result({"status": "success", "job": ref, "job_status": status.to_dict(), "pods": []})
+        return build_result(WaitEvent(Outcome.SUCCESS, JobRef.of(kind, job), job_status=status.to_dict()))
 
 
-class TrainingJobResumeOperator(TrainingJobSuspendOperator):
+class TrainingJobSuspendOperator(TrainingJobControlOperator):
+    """Suspend the job ``job_name`` (Kubeflow ``runPolicy.suspend``, T9k ``runMode.pause``) and return its
+    result dict as it is right after the change. A waiting operator or sensor keeps waiting while the job is
+    suspended, up to its deadline. Parameters: see :class:`TrainingJobControlOperator`.
+    """
+
+    suspend = True
+
+
+class TrainingJobResumeOperator(TrainingJobControlOperator):
     """Resume a suspended job (see :class:`TrainingJobSuspendOperator`)."""
 
     suspend = False

@@ -1,13 +1,15 @@
 """``TrainingJobOperator``: submit any training job kind, wait for it without a worker slot, report why.
 
-Parameters and glue only: validation is ``specs.load_job``, API calls are the hook, waiting is the trigger
-(run inline in sync mode), naming is :mod:`~airflow_provider_training.naming`, results and errors are
+Parameters and glue only: validation is ``specs.load_job``, API calls are the hook (one per ``execute``),
+waiting is the trigger's :class:`~airflow_provider_training.waiting.JobWaiter` (run on the worker's hook in
+sync mode), naming is :mod:`~airflow_provider_training.naming`, results and errors are
 :mod:`~airflow_provider_training.results`. Nothing heavy is imported before ``execute``.
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -38,7 +40,9 @@ from airflow_provider_training.params import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_training.submission import JobSubmitter
+    from airflow_provider_training.hooks.training import TrainingJobHook
+    from airflow_provider_training.outcome import JobRef, WaitEvent
+    from airflow_provider_training.triggers.training import TrainingJobTrigger
 
 
 def status_grace_period() -> float:
@@ -70,7 +74,9 @@ class TrainingJobOperator(BaseOperator):
         types. :param max_log_streams: how many replica pods the triggerer follows live at once, over all its
         jobs (default: half its open-file limit); past it, this job follows only its deciding replica.
     :param startup_timeout: seconds after creation within which a replica pod must start (else ``timeout``).
-    :param poll_interval: seconds between the trigger's time-based checks (watch events arrive at once).
+    :param check_interval: the longest time, in seconds, between the wait's time-based checks (the
+        deadline, the startup timeout); watch events arrive at once. ``poll_interval`` is its deprecated
+        name (nothing polls), still accepted with a ``DeprecationWarning``.
     :param labels: extra labels for the job object. :param annotations: extra annotations.
 
     Every parameter is checked before anything is sent (see :mod:`airflow_provider_training.params`): the
@@ -103,11 +109,20 @@ class TrainingJobOperator(BaseOperator):
         log_replicas: str | list[str] = DECIDING,
         max_log_streams: int | None = None,
         startup_timeout: float | None = conf.getfloat("training", "startup_timeout", fallback=600.0),
-        poll_interval: float = 5.0,
+        check_interval: float = 5.0,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
+        poll_interval: float | None = None,  # check_interval's deprecated name, kept for .partial() too
         **kwargs: Any,
     ) -> None:
+        if poll_interval is not None:
+            warnings.warn(
+                "poll_interval is deprecated: nothing polls; use check_interval (the longest time between "
+                "the wait's time-based checks)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            check_interval = poll_interval
         super().__init__(**kwargs)
         if job is None:
             raise ValueError("job is required: a dict, YAML text, a .yaml/.yml path or a spec model")
@@ -128,19 +143,15 @@ class TrainingJobOperator(BaseOperator):
         self.log_replicas = check_log_replicas(log_replicas)
         self.max_log_streams = check_max_log_streams(max_log_streams)
         self.startup_timeout = check_optional_seconds("startup_timeout", startup_timeout)
-        self.poll_interval = check_seconds("poll_interval", poll_interval)
+        self.check_interval = check_seconds("check_interval", check_interval)
         self.labels = check_labels("labels", labels)
         self.annotations = check_annotations("annotations", annotations)
-        self._job_ref: dict[str, Any] | None = None
+        self._job_ref: JobRef | None = None
 
-    def _submitter(self) -> JobSubmitter:
-        from airflow_provider_training.submission import JobSubmitter
+    def _hook(self) -> TrainingJobHook:
+        from airflow_provider_training.hooks.training import TrainingJobHook
 
-        return JobSubmitter(
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            action_if_job_exists=self.action_if_job_exists,
-            log=self.log,
-        )
+        return TrainingJobHook(self.kubernetes_conn_id)
 
     def _check_rendered(self) -> None:
         """The templated fields, once rendered (``execute`` calls it before anything is sent)."""
@@ -149,10 +160,18 @@ class TrainingJobOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         from airflow_provider_training import naming
+        from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
+        from airflow_provider_training.reading import read_status
         from airflow_provider_training.results import build_result
+        from airflow_provider_training.submission import JobSubmitter
+        from airflow_provider_training.waiting import run_on
 
         self._check_rendered()
-        submitter = self._submitter()
+        submitter = JobSubmitter(
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            action_if_job_exists=self.action_if_job_exists,
+            log=self.log,
+        )
         kind, body = submitter.prepare(
             self.job,
             kind=self.kind,
@@ -165,33 +184,39 @@ class TrainingJobOperator(BaseOperator):
             wait_until=self.wait_until,
         )
         check_log_replicas_for(self.log_replicas, kind.kind, kind.replica_types)
-        job = submitter.submit(kind, body, context)
-        self._job_ref = ref = submitter.reference(kind, job)
-        TrainingJobLink.persist(
-            context, kubernetes_conn_id=self.kubernetes_conn_id, plural=kind.resource.plural, identity=ref
-        )
-        if self.wait_until is None:
-            return build_result(submitter.snapshot(kind, job, ref))
-        trigger = self._trigger(ref, context)
-        if self.deferrable and not submitter.is_terminal(kind, job):
-            self.defer(
-                trigger=trigger,
-                method_name="execute_complete",
-                timeout=_defer_timeout(trigger.deadline, self),
+        with self._hook() as hook:
+            job = submitter.submit(hook, kind, body, context)
+            self._job_ref = ref = JobRef.of(kind, job)
+            TrainingJobLink.persist(
+                context,
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                plural=kind.resource.plural,
+                identity=ref.to_dict(),
             )
-        from airflow_provider_training.waiting import run_inline
+            if self.wait_until is None:
+                status = read_status(hook, kind, job)
+                return build_result(WaitEvent(Outcome.SUCCESS, ref, job_status=status.to_dict()))
+            trigger = self._trigger(ref, context)
+            waiter = trigger.waiter(hook.async_hook, self.log)
+            # A job found finished (a reattach) ends here, in one step; else it is waited for.
+            event = run_on(hook, waiter.conclude(job))
+            if event is None and self.deferrable:
+                self.defer(
+                    trigger=trigger,
+                    method_name="execute_complete",
+                    timeout=_defer_timeout(trigger.deadline, self),
+                )
+            return self._complete(event or run_on(hook, waiter.wait()), hook)
 
-        return self.execute_complete(context, run_inline(trigger))
-
-    def _trigger(self, ref: Mapping[str, Any], context: Context) -> Any:
+    def _trigger(self, ref: JobRef, context: Context) -> TrainingJobTrigger:
         from airflow_provider_training.triggers.training import TrainingJobTrigger
 
         return TrainingJobTrigger(
-            kind=ref["kind"],
-            api_version=ref["api_version"],
-            job_name=ref["name"],
-            namespace=ref["namespace"],
-            uid=ref["uid"],
+            kind=ref.kind,
+            api_version=ref.api_version,
+            job_name=ref.name,
+            namespace=ref.namespace,
+            uid=ref.uid,
             kubernetes_conn_id=self.kubernetes_conn_id,
             target_state=str(self.wait_until),
             get_logs=self.get_logs,
@@ -199,7 +224,7 @@ class TrainingJobOperator(BaseOperator):
             max_log_streams=self.max_log_streams,
             deadline=_deadline(self, context),
             startup_timeout=self.startup_timeout,
-            poll_interval=self.poll_interval,
+            check_interval=self.check_interval,
             status_grace_period=status_grace_period(),
             on_kill_action=self.on_kill_action,
             # A deferred success ends the task in the triggerer (the trigger does execute_complete's
@@ -219,18 +244,26 @@ class TrainingJobOperator(BaseOperator):
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
+            from airflow_provider_training.outcome import JobRef
             from airflow_provider_training.submission import stored_reference
 
-            if ref := stored_reference(context):
-                self._delete(ref, "the deferral timed out")
+            if ref := JobRef.from_dict(stored_reference(context)):
+                with self._hook() as hook:
+                    self._delete(hook, ref, "the deferral timed out")
             raise
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        """Turn the trigger's event into the XCom result or a :class:`TrainingJobError`, then clean up.
+        """Turn the trigger's event payload into the XCom result or a :class:`TrainingJobError`, then clean
+        up (see :meth:`_complete`)."""
+        from airflow_provider_training.outcome import WaitEvent
 
-        A timed-out job is deleted; a finished one as ``on_finish_action`` says; after an ``error`` event
-        (the wait broke, not the job) the job is kept.
-        """
+        with self._hook() as hook:
+            return self._complete(WaitEvent.from_payload(event), hook)
+
+    def _complete(self, event: WaitEvent, hook: TrainingJobHook) -> dict[str, Any]:
+        """The XCom result or a :class:`TrainingJobError`, after the cleanup: a timed-out job is deleted; a
+        finished one as ``on_finish_action`` says; after an ``error`` event (the wait broke, not the job)
+        the job is kept."""
         from airflow_provider_training.results import (
             TrainingJobError,
             build_result,
@@ -239,22 +272,27 @@ class TrainingJobOperator(BaseOperator):
             result_line,
         )
 
-        self._job_ref = ref = dict(event.get("job") or self._job_ref or {})
-        if why := finish_deletion({**event, "job": ref}, self.on_finish_action):
-            self._delete(ref, why)
-        if event.get("status") != "success":
+        event.job = event.job or self._job_ref
+        self._job_ref = event.job
+        if event.job is not None and (why := finish_deletion(event, self.on_finish_action)):
+            self._delete(hook, event.job, why)
+        if not event.succeeded:
             raise TrainingJobError(failure_message(event), event)
         result = build_result(event)
         self.log.info(result_line(result))
         return result
 
-    def _delete(self, ref: Mapping[str, Any], why: str) -> None:
+    def _delete(self, hook: TrainingJobHook, ref: JobRef, why: str) -> None:
         from airflow_provider_training.kinds.registry import get_kind
 
-        self.log.info("Deleting %s %s/%s (%s)", ref["kind"], ref["namespace"], ref["name"], why)
-        kind = get_kind(ref["kind"], ref["api_version"])
-        if not self._submitter().delete(kind, ref["name"], ref["namespace"], uid=ref.get("uid")):
+        self.log.info("Deleting %s (%s)", ref.label, why)
+        kind = get_kind(ref.kind, ref.api_version)
+        if not hook.delete_job(kind, ref.name, ref.namespace, uid=ref.uid):
             self.log.info("It was already gone, or that name is now another try's job (left alone)")
+
+    def _delete_on_kill(self, ref: JobRef) -> None:
+        with self._hook() as hook:
+            self._delete(hook, ref, "task killed")
 
     def on_kill(self) -> None:
         """Delete the job (unless ``on_kill_action="keep"``).
@@ -265,7 +303,7 @@ class TrainingJobOperator(BaseOperator):
         if self.on_kill_action != "delete" or not self._job_ref:
             return
         ref = self._job_ref
-        thread = threading.Thread(target=self._delete, args=(ref, "task killed"), name="training-job-kill")
+        thread = threading.Thread(target=self._delete_on_kill, args=(ref,), name="training-job-kill")
         thread.start()
         thread.join()
 
@@ -287,4 +325,4 @@ def _defer_timeout(deadline: str | None, op: TrainingJobOperator) -> timedelta |
     import pendulum
 
     remaining = (pendulum.parse(deadline) - pendulum.now("UTC")).total_seconds()  # type: ignore[operator]
-    return timedelta(seconds=max(0.0, remaining) + max(60.0, 2 * op.poll_interval))
+    return timedelta(seconds=max(0.0, remaining) + max(60.0, 2 * op.check_interval))

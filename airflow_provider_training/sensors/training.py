@@ -26,11 +26,16 @@ from airflow_provider_training.params import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_training.kinds.base import JobKind
+    from airflow_provider_training.outcome import WaitEvent
+    from airflow_provider_training.triggers.training import TrainingJobTrigger
+
 
 class TrainingJobSensor(BaseSensorOperator):
     """Wait until the job ``job_name`` reaches ``target_state``; fail (skip with ``soft_fail``) if it fails.
 
-    Poke mode reads the status once per poke (a missing job is waited for). Deferrable mode runs
+    Poke mode reads the job once per poke (a missing job is waited for), and concludes a finished one in the
+    same step, without a watch. Deferrable mode runs
     ``TrainingJobTrigger`` with the sensor's ``timeout`` as its deadline. Both modes return (as XCom) the same
     result dict as ``TrainingJobOperator`` once the job reached the target state.
 
@@ -78,7 +83,7 @@ class TrainingJobSensor(BaseSensorOperator):
         self.log_replicas = check_log_replicas(log_replicas)
         self.max_log_streams = check_max_log_streams(max_log_streams)
 
-    def _job_kind(self) -> Any:
+    def _job_kind(self) -> JobKind:
         from airflow_provider_training.kinds.registry import get_kind
 
         return get_kind(str(self.kind), self.api_version)
@@ -90,7 +95,7 @@ class TrainingJobSensor(BaseSensorOperator):
         kind = self._job_kind()
         check_log_replicas_for(self.log_replicas, kind.kind, kind.replica_types)
 
-    def _trigger(self, namespace: str, deadline: str | None, *, get_logs: bool | None = None) -> Any:
+    def _trigger(self, namespace: str, deadline: str | None) -> TrainingJobTrigger:
         from airflow_provider_training.triggers.training import TrainingJobTrigger
 
         kind = self._job_kind()
@@ -101,21 +106,33 @@ class TrainingJobSensor(BaseSensorOperator):
             namespace=namespace,
             kubernetes_conn_id=self.kubernetes_conn_id,
             target_state=self.target_state,
-            get_logs=self.get_logs if get_logs is None else get_logs,
+            get_logs=self.get_logs,
             log_replicas=self.log_replicas,
             max_log_streams=self.max_log_streams,
             deadline=deadline,
             startup_timeout=None,
             status_grace_period=status_grace_period(),
-            poll_interval=float(self.poke_interval),
+            check_interval=float(self.poke_interval),
             allow_missing=True,
             on_kill_action="keep",  # the sensor only watches: killing it never deletes the job
         )
 
-    def _submitter(self) -> Any:
-        from airflow_provider_training.submission import JobSubmitter
+    def _conclude(self, deadline: str | None) -> tuple[str, WaitEvent | None]:
+        """The job's namespace, and the event if the job read once ends the wait already (finished, at the
+        target state, or never picked up): concluded in the same step, on one hook, with no watch. ``None``
+        while it has yet to, or does not exist (yet); the sensor's trigger otherwise waits for it."""
+        from airflow_provider_training.hooks.training import TrainingJobHook
+        from airflow_provider_training.waiting import run_on
 
-        return JobSubmitter(kubernetes_conn_id=self.kubernetes_conn_id, log=self.log)
+        kind = self._job_kind()
+        with TrainingJobHook(self.kubernetes_conn_id) as hook:
+            namespace = self.namespace or hook.get_namespace()
+            job = hook.get_job(kind, self.job_name, namespace)
+            if job is None:
+                self.log.info("%s %s/%s does not exist (yet)", kind.kind, namespace, self.job_name)
+                return namespace, None
+            waiter = self._trigger(namespace, deadline).waiter(hook.async_hook, self.log)
+            return namespace, run_on(hook, waiter.conclude(job))
 
     def execute(self, context: Context) -> Any:
         self._check_rendered()
@@ -123,50 +140,31 @@ class TrainingJobSensor(BaseSensorOperator):
             return super().execute(context)
         import pendulum
 
-        from airflow_provider_training.waiting import run_inline
-
-        submitter = self._submitter()
-        with submitter.hook() as hook:
-            namespace = self.namespace or hook.get_namespace()
-        deadline = pendulum.now("UTC") + timedelta(seconds=float(self.timeout))
-        trigger = self._trigger(namespace, deadline.isoformat())
-        _, status = submitter.read(self._job_kind(), self.job_name, namespace)
-        if status is not None and (status.state.terminal or status.state.value == self.target_state):
+        deadline = (pendulum.now("UTC") + timedelta(seconds=float(self.timeout))).isoformat()
+        namespace, event = self._conclude(deadline)
+        if event is not None:
             # Done already: no deferral, but the event is handled as a deferred one's (soft_fail, never_fail).
-            return self.resume_execution("execute_complete", {"event": run_inline(trigger)}, context)
+            return self.resume_execution("execute_complete", {"event": event.to_payload()}, context)
         self.defer(
-            trigger=trigger,
+            trigger=self._trigger(namespace, deadline),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout) + max(60.0, 2 * float(self.poke_interval))),
         )
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
-        """Read the status once; at the target state (or failed) the trigger's event, run inline on the
-        finished wait, decides, so the result or error is the deferrable mode's."""
-        kind = self._job_kind()
-        grace = status_grace_period()
-        job, status = self._submitter().read(kind, self.job_name, self.namespace, grace_seconds=grace)
-        if job is None or status is None:
-            self.log.info("%s %s does not exist (yet)", kind.kind, self.job_name)
+        """Read the job once; when that ends the wait (the target state, failed, or never picked up), the
+        event concluded from it decides, so the result or error is the deferrable mode's."""
+        _, event = self._conclude(None)
+        if event is None:
             return False
-        self.log.info("%s %s is %s", kind.kind, self.job_name, status.state.value)
-        if status.stalled:  # no status past the grace period: nothing runs the job
-            from airflow_provider_training.results import TrainingJobSensorError
-
-            raise TrainingJobSensorError(f"{kind.kind} {self.job_name}: {status.message}")
-        state = status.state.value
-        if state not in ("Failed", "Succeeded", self.target_state):
-            return False
-        from airflow_provider_training.waiting import run_inline
-
-        # A failed job's event names the failing replicas; a done one's carries the pods for the result.
-        event = run_inline(self._trigger(job["metadata"]["namespace"], None, get_logs=False))
-        return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event))
+        return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event.to_payload()))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        from airflow_provider_training.outcome import Outcome, WaitEvent
         from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
 
-        if event.get("status") == "timeout":
-            raise AirflowSensorTimeout(f"{event.get('message')}")
-        raise_for_event(event, TrainingJobSensorError)
-        return build_result(event)
+        ended = WaitEvent.from_payload(event)
+        if ended.outcome is Outcome.TIMEOUT:
+            raise AirflowSensorTimeout(ended.message)
+        raise_for_event(ended, TrainingJobSensorError)
+        return build_result(ended)

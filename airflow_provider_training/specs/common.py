@@ -7,7 +7,6 @@ map-shaped ``<x>ReplicaSpecs`` as well as list-shaped ``replicaSpecs``) and whic
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -16,10 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from airflow_provider_training.kinds import JobKind, get_kind
+from airflow_provider_training.naming import MAX_NAME as MAX_NAME_LENGTH
+from airflow_provider_training.naming import name_problem
 from airflow_provider_training.specs.errors import FieldErrors
-
-MAX_NAME_LENGTH = 63
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 @cache
@@ -184,28 +182,13 @@ class JobModel(SpecModel):
 
 
 def name_errors(name: str | None, replicas: Iterable[Replica]) -> FieldErrors:
-    """``metadata.name`` must be a DNS-1035 label short enough for ``<name>-<type>-<index>`` pod names."""
+    """``metadata.name`` must be a DNS-1035 label short enough for ``<name>-<type>-<index>`` pod names
+    (:func:`~airflow_provider_training.naming.name_problem`, the one job-name check)."""
     if name is None:
         return []
-    if not _DNS_1035.match(name):
-        return [
-            (
-                "metadata.name",
-                "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and "
-                f"ending with a letter or digit (got {name!r})",
-            )
-        ]
     longest = max((replica.longest_pod_suffix for replica in replicas), key=len, default="")
-    limit = MAX_NAME_LENGTH - len(longest)
-    if len(name) <= limit:
-        return []
-    return [
-        (
-            "metadata.name",
-            f"must be at most {limit} characters so that the pod name '{name}{longest}' stays within "
-            f"{MAX_NAME_LENGTH} (got {len(name)})",
-        )
-    ]
+    problem = name_problem(name, MAX_NAME_LENGTH - len(longest), longest)
+    return [("metadata.name", problem)] if problem else []
 
 
 def replica_type_errors(replicas: list[Replica], allowed: Iterable[str] | None) -> FieldErrors:

@@ -1,20 +1,10 @@
 """``TrainingJobTrigger``: waits for any training job kind to reach a target state, in the triggerer.
 
-Its single event payload::
+Its single event's payload is a :class:`~airflow_provider_training.outcome.WaitEvent`'s
+(:meth:`~airflow_provider_training.outcome.WaitEvent.to_payload`; its shape is documented there).
 
-    {"status": "success" | "failed" | "timeout" | "deleted" | "error",
-     "job": {"name", "namespace", "uid", "kind", "api_version"},
-     "job_status": JobStatus.to_dict() or None,
-     "message": str,
-     "pods": [pod names],
-     "replica_failures": [{"pod", "replica_type", "index", "container", "exit_code", "reason", "message",
-                           "restarts", optional "source": "events", "count" (status counts only),
-                           "log" (why no log line could be read), "exit_code_unknown" (why)}],
-     "log_tail": {pod: [last lines]},
-     "events": [recent Warning events],
-     "notes": [what could not be read, e.g. "the rest of master-0's log could not be read: ..."]}
-
-The waiting itself is :class:`airflow_provider_training.waiting.JobWaiter`, the same code sync mode runs.
+The waiting itself is :class:`airflow_provider_training.waiting.JobWaiter`, the same code sync mode runs
+(:meth:`TrainingJobTrigger.waiter` builds it for both).
 """
 
 from __future__ import annotations
@@ -28,6 +18,7 @@ from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from airflow_provider_training.kinds.base import JobState, parse_time
 from airflow_provider_training.offloop import import_off_loop
+from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
 from airflow_provider_training.params import (
     DECIDING,
     ON_FINISH_ACTIONS,
@@ -35,6 +26,7 @@ from airflow_provider_training.params import (
     TARGET_STATES,
     check_choice,
     check_max_log_streams,
+    check_seconds,
 )
 
 # What run() and on_kill() use: imported in a thread before they first need it (seconds for the Kubernetes
@@ -52,7 +44,10 @@ RUNTIME_MODULES = (
 )
 
 if TYPE_CHECKING:
+    from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+    from airflow_provider_training.kinds.base import JobKind
     from airflow_provider_training.triggers.log_position import LogPosition
+    from airflow_provider_training.waiting import JobWaiter, Log
 
 
 class TrainingJobTrigger(BaseTrigger):
@@ -71,7 +66,9 @@ class TrainingJobTrigger(BaseTrigger):
     :param deadline: absolute ISO-8601 time at which the wait ends with ``timeout``.
     :param startup_timeout: seconds after creation (or resumption) within which a replica pod must start.
     :param status_grace_period: seconds an empty status is tolerated before the wait reports an error.
-    :param poll_interval: how often time-based checks run between watch events.
+    :param check_interval: the longest time between the time-based checks (the deadline, the startup
+        timeout); watch events arrive at once. ``poll_interval`` is its name in earlier versions, still
+        accepted so that their serialized triggers load.
     :param allow_missing: keep waiting while the job does not exist yet (sensors).
     :param on_kill_action: what ``on_kill()`` (a user acted on the deferred task) does with the job:
         ``delete`` it (and its cleanup children) or ``keep`` it.
@@ -105,35 +102,35 @@ class TrainingJobTrigger(BaseTrigger):
         deadline: str | None = None,
         startup_timeout: float | None = None,
         status_grace_period: float = 60.0,
-        poll_interval: float = 5.0,
+        check_interval: float = 5.0,
         allow_missing: bool = False,
         on_kill_action: str = "delete",
         end_from_trigger: bool = False,
         on_finish_action: str = "keep",
         push_result: bool = True,
+        poll_interval: float | None = None,  # check_interval's name in triggers serialized before
     ):
         super().__init__()
-        check_choice("target_state", target_state, TARGET_STATES)
-        check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
-        check_choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
         self.kind = kind
         self.api_version = api_version
         self.job_name = job_name
         self.namespace = namespace
         self.uid = uid
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.target_state = target_state
+        self.target_state = check_choice("target_state", target_state, TARGET_STATES)
         self.get_logs = get_logs
         self.log_replicas = log_replicas
         self.max_log_streams = check_max_log_streams(max_log_streams)
         self.deadline = deadline
         self.startup_timeout = startup_timeout
         self.status_grace_period = status_grace_period
-        self.poll_interval = poll_interval
+        self.check_interval = check_seconds(
+            "check_interval", check_interval if poll_interval is None else poll_interval
+        )
         self.allow_missing = allow_missing
-        self.on_kill_action = on_kill_action
+        self.on_kill_action = check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
         self.end_from_trigger = end_from_trigger
-        self.on_finish_action = on_finish_action
+        self.on_finish_action = check_choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
         self.push_result = push_result
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -153,7 +150,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "startup_timeout": self.startup_timeout,
                 "status_grace_period": self.status_grace_period,
-                "poll_interval": self.poll_interval,
+                "check_interval": self.check_interval,
                 "allow_missing": self.allow_missing,
                 "on_kill_action": self.on_kill_action,
                 "end_from_trigger": self.end_from_trigger,
@@ -162,41 +159,53 @@ class TrainingJobTrigger(BaseTrigger):
             },
         )
 
-    def _job_kind(self) -> Any:
+    def _job_kind(self) -> JobKind:
         from airflow_provider_training.kinds.registry import get_kind
 
         return get_kind(self.kind, self.api_version)
 
-    def _hook(self) -> Any:
+    def _hook(self) -> AsyncTrainingJobHook:
         from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 
         return AsyncTrainingJobHook(self.kubernetes_conn_id)
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        await import_off_loop(*RUNTIME_MODULES)
+    def waiter(
+        self,
+        hook: AsyncTrainingJobHook,
+        log: Log,
+        *,
+        log_resume: dict[str, Any] | None = None,
+        log_mark_until: int | None = None,
+    ) -> JobWaiter:
+        """The :class:`~airflow_provider_training.waiting.JobWaiter` this trigger runs, on ``hook``; the sync
+        mode runs the same one on the worker's hook, logging to the task's log."""
         from airflow_provider_training.waiting import JobWaiter, WaitOptions
 
-        position = self._log_position()
-        resume, mark_until = await position.load() if position is not None else (None, None)
         options = WaitOptions(
             target=JobState(self.target_state),
             deadline=parse_time(self.deadline),
             startup_timeout=self.startup_timeout,
             status_grace_period=self.status_grace_period,
-            poll_interval=self.poll_interval,
+            check_interval=self.check_interval,
             get_logs=self.get_logs,
             log_replicas=self.log_replicas,
             max_log_streams=self.max_log_streams,
             uid=self.uid,
             allow_missing=self.allow_missing,
-            log_resume=resume,
-            log_mark_until=mark_until,
+            log_resume=log_resume,
+            log_mark_until=log_mark_until,
         )
+        return JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, log)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await import_off_loop(*RUNTIME_MODULES)
+        position = self._log_position()
+        resume, mark_until = await position.load() if position is not None else (None, None)
         if (orphaned := await self._killed_while_away()) is not None:
-            yield TriggerEvent(orphaned)
+            yield TriggerEvent(orphaned.to_payload())
             return
         hook = self._hook()
-        waiter = JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, self.log)
+        waiter = self.waiter(hook, self.log, log_resume=resume, log_mark_until=mark_until)
 
         def cursors() -> dict[str, Any] | None:
             return waiter.streamer.cursors() if waiter.streamer is not None else None
@@ -216,7 +225,7 @@ class TrainingJobTrigger(BaseTrigger):
                 await asyncio.gather(saver, return_exceptions=True)
                 await position.save_final(cursors(), tails())
             await hook.close()
-        yield TriggerEvent(event)
+        yield TriggerEvent(event.to_payload())
 
     def _log_position(self) -> LogPosition | None:
         """Where this try's replica logs stopped, saved in its XCom; only in a triggerer (which sets
@@ -227,11 +236,11 @@ class TrainingJobTrigger(BaseTrigger):
 
         return LogPosition(self.task_instance, self.log)
 
-    def _ends_task(self, event: dict[str, Any]) -> bool:
+    def _ends_task(self, event: WaitEvent) -> bool:
         """Whether this success ends the task here (``end_from_trigger``, in a triggerer)."""
-        return self.end_from_trigger and self.task_instance is not None and event.get("status") == "success"
+        return self.end_from_trigger and self.task_instance is not None and event.succeeded
 
-    async def _success(self, hook: Any, event: dict[str, Any]) -> TriggerEvent:
+    async def _success(self, hook: AsyncTrainingJobHook, event: WaitEvent) -> TriggerEvent:
         """What the operator's ``execute_complete`` does on success, so no worker has to resume: the
         ``on_finish_action`` delete, the final log line and the XCom result.
 
@@ -255,7 +264,7 @@ class TrainingJobTrigger(BaseTrigger):
                 self.log.warning(
                     "Could not push the result (%s: %s); resuming the task", type(err).__name__, err
                 )
-                return TriggerEvent(event)
+                return TriggerEvent(event.to_payload())
         self.log.info(result_line(result))
         return TaskSuccessEvent()
 
@@ -287,7 +296,7 @@ class TrainingJobTrigger(BaseTrigger):
         finally:
             await hook.close()
 
-    async def _killed_while_away(self) -> dict[str, Any] | None:
+    async def _killed_while_away(self) -> WaitEvent | None:
         """Whether the task instance this trigger serves was acted on while no triggerer ran it.
 
         A triggerer that starts finds the trigger of a task marked failed or success (or cleared) in the
@@ -301,9 +310,9 @@ class TrainingJobTrigger(BaseTrigger):
             return None
         self.log.info("The task instance is %s, no longer deferred: killed while no triggerer ran", state)
         await run_to_end(self._kill_job(), on_kill_budget())
-        job = {"name": self.job_name, "namespace": self.namespace, "uid": self.uid, "kind": self.kind}
+        job = JobRef(self.job_name, self.namespace, self.uid, self.kind, self.api_version)
         message = f"The task instance is {state}, no longer deferred; the trigger ended"
-        return {"status": "error", "job": {**job, "api_version": self.api_version}, "message": message}
+        return WaitEvent(Outcome.ERROR, job, message)
 
 
 def on_kill_budget() -> float:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from airflow.sdk.exceptions import AirflowNotFoundException
-from airflow_provider_training.localkube.cluster import LocalKube
+from localkube.cluster import LocalKube
 
 from airflow_provider_training.hooks.connection import (
     ConnectionConfigError,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from airflow_provider_training import diagnostics as diag
 from airflow_provider_training.kinds.base import JobState
 from airflow_provider_training.kinds.registry import get_kind
+from airflow_provider_training.outcome import WaitEvent
 from airflow_provider_training.results import failure_message
 from tests.kinds.recorded import cond, job, replica
 
@@ -103,13 +104,15 @@ def test_what_is_unknown_is_said_plainly():
     status = TF.status(TF_BACKOFF_FAILED)
     failures = diag.counted_failures(TF, status, pods=[])
     text = failure_message(
-        {
-            "status": "failed",
-            "job": {"kind": "TFJob", "namespace": "default", "name": "dist-mnist"},
-            "job_status": status.to_dict(),
-            "message": MESSAGE,
-            "replica_failures": failures,
-        }
+        WaitEvent.from_payload(
+            {
+                "status": "failed",
+                "job": {"kind": "TFJob", "namespace": "default", "name": "dist-mnist"},
+                "job_status": status.to_dict(),
+                "message": MESSAGE,
+                "replica_failures": failures,
+            }
+        )
     )
     assert "  Worker: 3 failed, exit code unknown: the pods were deleted before they could be read" in text
     assert "  Chief: 1 failed, exit code unknown: the pods were deleted before they could be read" in text

@@ -62,7 +62,7 @@ class FamilyCase:
         return job
 
     def make_operator(self, script: Mapping[str, Any], **kwargs: Any) -> Any:
-        kwargs.setdefault("poll_interval", 0.2)
+        kwargs.setdefault("check_interval", 0.2)
         kwargs.setdefault("log_replicas", "all")
         return self.operator(task_id="train", job=self.manifest(script), **self.options, **kwargs)
 

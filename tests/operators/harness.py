@@ -180,6 +180,15 @@ def watching(kube: LocalKube, case: KindCase, since: int) -> bool:
     )
 
 
+def sent_since(kube: LocalKube, since: int) -> list[str]:
+    """The requests localkube answered after request number ``since``, as ``"GET /path?query"`` lines."""
+    return [
+        f"{r.method} {r.path}"
+        + ("?" + "&".join(f"{k}={v}" for k, v in sorted(r.query.items())) if r.query else "")
+        for r in kube.requests[since:]
+    ]
+
+
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     """Run ``fn`` in a thread; the dict gets ``result`` or ``error``."""
     outcome: dict[str, Any] = {}

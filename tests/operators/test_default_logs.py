@@ -18,7 +18,7 @@ SCRIPT = {"default": {"duration": 0.1, "logs": ["{type}-{index} says hi"]}}
 def test_paddle_workers_only_streams_the_workers(cluster, mode, capsys):
     job = upstream_example("kubeflow-v1", "paddlepaddle_simple-cpu.yaml", script=SCRIPT, namespace="default")
     job["metadata"]["name"] = f"paddle-simple-{mode[:4]}"
-    op = operators.PaddleJobOperator(task_id="train", job=job, poll_interval=0.2)
+    op = operators.PaddleJobOperator(task_id="train", job=job, check_interval=0.2)
 
     assert run_operator(op, make_context(), mode)["state"] == "Succeeded"
 
@@ -35,7 +35,7 @@ def test_the_task_log_says_which_replicas_it_follows(cluster, capsys, log_replic
     case = KIND_BY_NAME["PyTorchJob"]
     name = f"says-{len(followed)}"
     op = operators.PyTorchJobOperator(
-        task_id="train", job=manifest(case, SCRIPT, name=name), poll_interval=0.2, log_replicas=log_replicas
+        task_id="train", job=manifest(case, SCRIPT, name=name), check_interval=0.2, log_replicas=log_replicas
     )
 
     run_operator(op, make_context(), "sync")
@@ -49,7 +49,7 @@ def test_the_task_log_says_which_replicas_it_follows(cluster, capsys, log_replic
 def test_pytorch_default_streams_the_master_only(cluster, capsys):
     case = KIND_BY_NAME["PyTorchJob"]
     op = operators.PyTorchJobOperator(
-        task_id="train", job=manifest(case, SCRIPT, name="says-master"), poll_interval=0.2
+        task_id="train", job=manifest(case, SCRIPT, name="says-master"), check_interval=0.2
     )
 
     run_operator(op, make_context(), "sync")

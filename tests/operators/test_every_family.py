@@ -31,7 +31,7 @@ def example(path: Path) -> dict:
 @pytest.mark.parametrize("path", [f for f in FILES if "debug" not in f.name], ids=lambda p: p.stem)
 def test_upstream_example_succeeds(cluster, path, capsys):
     job = example(path)
-    op = TrainingJobOperator(task_id="train", job=job, poll_interval=0.2, log_replicas="all")
+    op = TrainingJobOperator(task_id="train", job=job, check_interval=0.2, log_replicas="all")
 
     result = run_operator(op, make_context(), "deferrable")
 

@@ -102,11 +102,11 @@ def test_t9k_failure_carries_completed_and_failed_and_is_a_failure(family_cluste
     with pytest.raises(TrainingJobError) as failure:
         run_operator(op, make_context(), "sync", gate=gate)
 
-    job = job_or_none(family_cluster, case, op._job_ref["name"])
+    job = job_or_none(family_cluster, case, op._job_ref.name)
     true = {c["type"] for c in job["status"]["conditions"] if c["status"] == "True"}
     assert {"Completed", "Failed"} <= true  # the controller's real output on failure
     assert failure.value.status == "failed"
-    asyncio.run(kill(case, op._job_ref["name"]))
+    asyncio.run(kill(case, op._job_ref.name))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -175,7 +175,7 @@ def test_on_finish_action_delete_leaves_no_child(family_cluster, case):
     with pytest.raises(TrainingJobError):
         run_operator(op, make_context(), "deferrable", gate=gate)
 
-    name = op._job_ref["name"]
+    name = op._job_ref.name
     wait_for(lambda: not leftovers(family_cluster, case, name))
     assert leftovers(family_cluster, case, name) == []
 
@@ -185,7 +185,7 @@ def test_on_kill_in_sync_mode_leaves_no_child(family_cluster, case):
     op = case.make_operator(FOREVER)
     worker, outcome = in_thread(lambda: run_operator(op, make_context(), "sync"))
     name = wait_for(
-        lambda: op._job_ref and running(family_cluster, case, op._job_ref["name"]) and op._job_ref["name"]
+        lambda: op._job_ref and running(family_cluster, case, op._job_ref.name) and op._job_ref.name
     )
     assert leftovers(family_cluster, case, name)  # the job and its children are there
 
@@ -229,7 +229,7 @@ def test_waiting_for_success_in_debug_mode_is_refused_before_submission(family_c
 
     assert len(family_cluster.requests) == requests
     running_op = case.operator(
-        task_id="train", job=job, wait_until="Running", poll_interval=0.2, **case.options
+        task_id="train", job=job, wait_until="Running", check_interval=0.2, **case.options
     )
     result = run_operator(running_op, make_context(), "deferrable")  # a debug job does reach Running
     assert result["state"] == "Running"

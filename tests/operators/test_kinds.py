@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(120)  # a hang guard, generous for a busy machi
 
 def operator_for(case, job, **kwargs):
     cls = getattr(operators, f"{case.kind}Operator")
-    return cls(task_id="train", job=job, poll_interval=0.2, get_logs=True, log_replicas="all", **kwargs)
+    return cls(task_id="train", job=job, check_interval=0.2, get_logs=True, log_replicas="all", **kwargs)
 
 
 @pytest.mark.parametrize("mode", MODES)

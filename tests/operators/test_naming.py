@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_training import naming
 from airflow_provider_training.kinds.registry import get_kind
+from airflow_provider_training.submission import JobSubmitter
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
@@ -74,3 +75,39 @@ def test_long_label_values_keep_a_hash_of_the_original():
 def test_name_problem(name, problem):
     found = naming.name_problem(name, 50)
     assert (found is None) if problem is None else (problem in found)
+
+
+def test_the_default_name_keeps_within_the_jobs_own_limit():
+    """A kind whose API allows shorter names than its pod names would (the v1alpha1 MXJob: 40) gets a default
+    name the one job-name check accepts; before, the default was cut to the pod-name room only (47)."""
+    from tests.specs.test_mxnet_legacy import v1alpha1
+
+    identity = IDENTITIES[1]
+    submitter = JobSubmitter(kubernetes_conn_id=None)
+    body = v1alpha1()
+    del body["metadata"]
+
+    _, prepared = submitter.prepare(
+        body,
+        kind=None,
+        api_version=None,
+        job_name=None,
+        namespace=None,
+        identity=identity,
+        labels={},
+        annotations={},
+    )
+
+    name = prepared["metadata"]["name"]
+    assert len(name) == 40 and naming.name_problem(name, 40) is None
+    assert name == naming.default_job_name(
+        identity, get_kind("MXJob", "kubeflow.org/v1alpha1").replica_types, limit=40
+    )
+
+
+def test_the_spec_and_the_submitter_check_a_name_alike():
+    """One job-name check: ``metadata.name`` in a spec and the name the submitter sends read the same."""
+    from airflow_provider_training.specs.common import name_errors
+
+    for name in ("Bad_Name", "a" * 64):
+        assert name_errors(name, []) == [("metadata.name", naming.name_problem(name, 63))]

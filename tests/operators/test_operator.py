@@ -11,6 +11,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_provider_training import naming
+from airflow_provider_training.kinds import get_kind
 from airflow_provider_training.links import format_link
 from airflow_provider_training.operators import PyTorchJobOperator, TrainingJobOperator
 from airflow_provider_training.results import TrainingJobError
@@ -27,6 +28,7 @@ from tests.operators.harness import (
     manifest,
     pods_running,
     run_operator,
+    sent_since,
     wait_for,
 )
 
@@ -37,7 +39,7 @@ FOREVER = {"default": {"duration": None}}
 
 
 def pytorch(script=QUICK, **kwargs):
-    kwargs.setdefault("poll_interval", 0.2)
+    kwargs.setdefault("check_interval", 0.2)
     return PyTorchJobOperator(task_id="train", job=manifest(PYTORCH, script), **kwargs)
 
 
@@ -149,6 +151,25 @@ def test_reattach_to_a_succeeded_job_returns_its_result_without_deferring(cluste
     assert len(owned(cluster, retry)) == 1
 
 
+@pytest.mark.parametrize("mode", ["sync", "deferrable"])
+def test_reattach_to_a_finished_job_concludes_it_in_one_step_with_no_watch(cluster, mode):
+    """A retry that finds its job finished reads it once (the stored identity), lists its pods by label for
+    the result, and returns: one hook, two requests, no watch, in both modes."""
+    context = make_context()
+    first = run_operator(pytorch(), context, "sync")
+    retry = make_context(run_id=context["run_id"], store=context["task_state_store"], try_number=2)
+    before = len(cluster.requests)
+
+    result = pytorch(deferrable=mode == "deferrable").execute(retry)
+
+    assert result["state"] == "Succeeded" and result["uid"] == first["uid"] and len(result["pods"]) == 2
+    name, jobs = first["name"], f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
+    assert sent_since(cluster, before) == [
+        f"GET {jobs}/{name}",
+        f"GET /api/v1/namespaces/{NAMESPACE}/pods?labelSelector={get_kind('PyTorchJob').pod_selector(name)}",
+    ]
+
+
 @pytest.mark.parametrize("failure", ["timeout", "trigger failed"])
 def test_a_deferral_airflow_failed_deletes_the_job_only_when_it_timed_out(cluster, failure):
     """The scheduler fails a deferral itself (``__fail__``) when no triggerer ran it past its timeout, or
@@ -212,9 +233,7 @@ def test_on_kill_in_sync_mode_deletes_the_job(cluster):
     op = pytorch(FOREVER)
     context = make_context()
     worker, outcome = in_thread(lambda: run_operator(op, context, "sync"))
-    name = wait_for(
-        lambda: op._job_ref and pods_running(cluster, op._job_ref["name"]) and op._job_ref["name"]
-    )
+    name = wait_for(lambda: op._job_ref and pods_running(cluster, op._job_ref.name) and op._job_ref.name)
 
     op.on_kill()
     worker.join()
@@ -251,12 +270,12 @@ def test_on_kill_action_keep(cluster):
     op = pytorch(FOREVER, on_kill_action="keep")
     context = make_context()
     worker, _ = in_thread(lambda: run_operator(op, context, "sync"))
-    wait_for(lambda: op._job_ref and pods_running(cluster, op._job_ref["name"]))
+    wait_for(lambda: op._job_ref and pods_running(cluster, op._job_ref.name))
 
     op.on_kill()
 
-    assert job_or_none(cluster, PYTORCH, op._job_ref["name"]) is not None
-    asyncio.run(_delete(op._job_ref["name"]))  # end the wait
+    assert job_or_none(cluster, PYTORCH, op._job_ref.name) is not None
+    asyncio.run(_delete(op._job_ref.name))  # end the wait
     worker.join()
 
 
@@ -276,7 +295,7 @@ def test_on_finish_action(cluster, action, script, kept):
     else:
         with pytest.raises(TrainingJobError):
             run_operator(op, make_context(), "deferrable")
-    assert (job_or_none(cluster, PYTORCH, op._job_ref["name"]) is not None) == kept
+    assert (job_or_none(cluster, PYTORCH, op._job_ref.name) is not None) == kept
 
 
 def test_startup_timeout_when_pods_never_schedule(cluster):
@@ -289,7 +308,7 @@ def test_startup_timeout_when_pods_never_schedule(cluster):
     assert failure.value.status == "timeout"
     assert "no replica pod started within 1s" in str(failure.value)
     assert "Unschedulable" in str(failure.value)
-    wait_for(lambda: job_or_none(cluster, PYTORCH, op._job_ref["name"]) is None)
+    wait_for(lambda: job_or_none(cluster, PYTORCH, op._job_ref.name) is None)
 
 
 # -- what is returned, named and linked ------------------------------------------------------------------
@@ -384,7 +403,7 @@ def test_job_sources(cluster, tmp_path, source):
         job = parse_job(job)
 
     result = run_operator(
-        TrainingJobOperator(task_id="train", job=job, poll_interval=0.2), make_context(), "sync"
+        TrainingJobOperator(task_id="train", job=job, check_interval=0.2), make_context(), "sync"
     )
 
     assert result["state"] == "Succeeded" and result["kind"] == "PyTorchJob"

@@ -44,7 +44,7 @@ def one_second_grace(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_operator_fails_saying_the_training_operator_is_not_running(bare_cluster, one_second_grace, mode):
-    op = PyTorchJobOperator(task_id="train", job=manifest(PYTORCH, {}), poll_interval=0.1)
+    op = PyTorchJobOperator(task_id="train", job=manifest(PYTORCH, {}), check_interval=0.1)
 
     with pytest.raises(TrainingJobError) as failure:
         run_operator(op, make_context(), mode)
@@ -53,7 +53,7 @@ def test_operator_fails_saying_the_training_operator_is_not_running(bare_cluster
     assert failure.value.status == "error"
     assert failure.value.event["job_status"]["reason"] == "OperatorNotRunning"
     assert "was never picked up" in message and NOT_RUNNING in message
-    job = bare_cluster.store.get(resource(bare_cluster, PYTORCH), NAMESPACE, op._job_ref["name"])
+    job = bare_cluster.store.get(resource(bare_cluster, PYTORCH), NAMESPACE, op._job_ref.name)
     assert not job.get("status")  # indeed nothing wrote one
 
 
@@ -77,7 +77,7 @@ def test_trigger_grace_period_parameter(bare_cluster):
         job_name="nobody-runs-trigger",
         namespace=NAMESPACE,
         status_grace_period=1.0,
-        poll_interval=0.1,
+        check_interval=0.1,
     )
 
     event = first_event(trigger)

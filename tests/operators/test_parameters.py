@@ -19,11 +19,11 @@ QUICK = {"default": {"duration": 0.05}}
 
 # (parameter, value, text the error must contain besides the parameter's name)
 PARSE_TIME_BAD = [
-    ("poll_interval", "fast", "number of seconds > 0"),
-    ("poll_interval", 0, "number of seconds > 0"),
-    ("poll_interval", -1.5, "number of seconds > 0"),
-    ("poll_interval", True, "number of seconds > 0"),
-    ("poll_interval", None, "number of seconds > 0"),
+    ("check_interval", "fast", "number of seconds > 0"),
+    ("check_interval", 0, "number of seconds > 0"),
+    ("check_interval", -1.5, "number of seconds > 0"),
+    ("check_interval", True, "number of seconds > 0"),
+    ("check_interval", None, "number of seconds > 0"),
     ("startup_timeout", "ten", "number of seconds > 0 or None"),
     ("startup_timeout", 0, "number of seconds > 0 or None"),
     ("log_replicas", 123, "list of replica type names"),
@@ -81,11 +81,11 @@ def test_operator_takes_good_labels_and_annotations():
         labels={"team": "ml", "example.com/owner": "a.b_c-d", "empty": "", "K": "V"},
         annotations={"example.com/note": "any text, even with spaces: ok"},
         startup_timeout=None,
-        poll_interval=1,
+        check_interval=1,
         log_replicas=["worker", "Master"],
     )
     assert op.labels["example.com/owner"] == "a.b_c-d" and op.startup_timeout is None
-    assert op.poll_interval == 1.0 and op.log_replicas == ["worker", "Master"]
+    assert op.check_interval == 1.0 and op.log_replicas == ["worker", "Master"]
 
 
 def test_master_is_the_old_name_of_the_deciding_replica():
@@ -159,6 +159,43 @@ def test_operator_refuses_a_bad_value_in_execute_before_any_request(cluster, par
     if param in ("kind", "api_version"):
         assert isinstance(error.value, SpecError)
     assert len(cluster.requests) == before  # nothing at all was sent
+
+
+@pytest.mark.parametrize("mode", ["sync", "deferrable"])
+@pytest.mark.parametrize("value", ["timestamp", "Reattach", None, ["fail"]])
+def test_an_action_if_job_exists_set_after_parsing_is_refused_before_anything_is_sent(cluster, value, mode):
+    """The choice is checked where it is used too: a value set on the operator after the constructor checked
+    it (a subclass, a DAG-level override) is refused before any request, never taken as "recreate"."""
+    op = operators.PyTorchJobOperator(
+        task_id="train", job=manifest(PYTORCH, QUICK), deferrable=mode == "deferrable"
+    )
+    op.action_if_job_exists = value
+    before = len(cluster.requests)
+
+    with pytest.raises(ValueError) as error:
+        op.execute(make_context())
+
+    assert "action_if_job_exists must be one of 'reattach', 'recreate', 'fail'" in str(error.value)
+    assert len(cluster.requests) == before  # nothing at all was sent
+
+
+def test_poll_interval_is_the_deprecated_name_of_check_interval():
+    with pytest.warns(DeprecationWarning, match="poll_interval is deprecated.*check_interval"):
+        op = operators.PyTorchJobOperator(task_id="train", job={}, poll_interval=2)
+    assert op.check_interval == 2.0 and not hasattr(op, "poll_interval")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="check_interval must be a number"):
+        operators.PyTorchJobOperator(task_id="train", job={}, poll_interval=0)
+
+
+def test_poll_interval_is_still_taken_by_partial_and_expand():
+    """Mapped tasks of earlier DAG files pass it to ``.partial()``, which checks names against the signature;
+    each mapped task is then built with it (the constructor's warning, above)."""
+    from airflow.sdk import DAG
+
+    with DAG("mapped_poll_interval", schedule=None):
+        mapped = operators.PyTorchJobOperator.partial(task_id="train", poll_interval=0.5).expand(job=[{}, {}])
+
+    assert mapped.partial_kwargs["poll_interval"] == 0.5
 
 
 def test_templated_namespace_is_checked_after_rendering(cluster):

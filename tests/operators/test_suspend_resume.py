@@ -41,9 +41,7 @@ def test_t9k_job_paused_and_resumed_while_an_operator_waits(family_cluster, mode
     op = T9K_PYTORCH.make_operator(script)
     worker, outcome = in_thread(lambda: run_operator(op, make_context(), mode))
     name = wait_for(
-        lambda: (
-            op._job_ref and running(family_cluster, T9K_PYTORCH, op._job_ref["name"]) and op._job_ref["name"]
-        )
+        lambda: op._job_ref and running(family_cluster, T9K_PYTORCH, op._job_ref.name) and op._job_ref.name
     )
 
     paused = T9kPauseJobOperator(task_id="pause", job_name=name, kind="PyTorchTrainingJob").execute(
@@ -110,3 +108,19 @@ def test_apis_without_a_suspend_field_are_refused_before_any_request(family_clus
 def test_suspend_needs_a_kind():
     with pytest.raises(ValueError, match="kind is required"):
         T9kPauseJobOperator(task_id="pause", job_name="any")
+
+
+def test_resume_is_not_a_kind_of_suspend():
+    """Resuming is no special case of suspending: both share a base, and neither is the other."""
+    from airflow_provider_training.operators.control import TrainingJobControlOperator
+
+    assert not issubclass(TrainingJobResumeOperator, TrainingJobSuspendOperator)
+    assert not issubclass(T9kResumeJobOperator, TrainingJobSuspendOperator)
+    for cls in (
+        TrainingJobSuspendOperator,
+        TrainingJobResumeOperator,
+        T9kPauseJobOperator,
+        T9kResumeJobOperator,
+    ):
+        assert issubclass(cls, TrainingJobControlOperator)
+    assert (TrainingJobSuspendOperator.suspend, TrainingJobResumeOperator.suspend) == (True, False)

@@ -82,7 +82,7 @@ def test_earlier_try_finish_delete_arriving_after_the_retry_recreated_spares_the
     try1 = pytorch(FAILS, on_finish_action="delete")
     worker, outcome = in_thread(lambda: run_operator(try1, first, "sync"))
     assert gate.wait_reached()  # try 1's job failed; its on_finish delete waits at the gate
-    failed_uid = try1._job_ref["uid"]
+    failed_uid = try1._job_ref.uid
 
     trigger = deferred(pytorch(FOREVER, deferrable=True), retry_of(first, 2))  # replaces the failed job
     assert trigger.uid != failed_uid
@@ -189,12 +189,12 @@ def test_a_retry_waits_for_the_earlier_tries_delete_to_finish_then_creates(clust
     wait_for(
         lambda: sum(r.method == "GET" and r.path.endswith(f"/{name}") for r in cluster.requests[since:]) >= 3
     )
-    assert worker.is_alive() and uids(cluster, first) == [try1._job_ref["uid"]]  # waiting, not creating
+    assert worker.is_alive() and uids(cluster, first) == [try1._job_ref.uid]  # waiting, not creating
     _release(cluster, name)
     worker.join()
 
     assert "error" not in outcome, outcome.get("error")
-    assert uids(cluster, first) == [outcome["result"].uid] != [try1._job_ref["uid"]]
+    assert uids(cluster, first) == [outcome["result"].uid] != [try1._job_ref.uid]
     kill(outcome["result"])
 
 
@@ -210,8 +210,8 @@ def test_a_deletion_that_never_ends_fails_the_retry_with_what_holds_it(cluster, 
         pytorch(FOREVER, deferrable=True).execute(retry_of(first, 2))
 
     message = str(caught.value)
-    assert f"PyTorchJob {NAMESPACE}/{name} (uid {try1._job_ref['uid']}) is still being deleted" in message
+    assert f"PyTorchJob {NAMESPACE}/{name} (uid {try1._job_ref.uid}) is still being deleted" in message
     assert f"finalizers: {HOLD}" in message and "deleted by an earlier try's cleanup or a user" in message
-    assert uids(cluster, first) == [try1._job_ref["uid"]]  # nothing created next to it
+    assert uids(cluster, first) == [try1._job_ref.uid]  # nothing created next to it
     _release(cluster, name)
     wait_for(lambda: uids(cluster, first) == [])

@@ -9,6 +9,7 @@ from airflow.sdk import PokeReturnValue
 from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 
 from airflow_provider_training import sensors
+from airflow_provider_training.kinds import get_kind
 from airflow_provider_training.results import TrainingJobSensorError
 from airflow_provider_training.sensors import TrainingJobSensor
 from tests.operators.harness import (
@@ -21,6 +22,7 @@ from tests.operators.harness import (
     manifest,
     resource,
     run_operator,
+    sent_since,
     wait_for,
 )
 
@@ -181,3 +183,45 @@ def test_poke_and_deferrable_mode_return_the_same_result(cluster):
 
     assert results["sync"] == results["deferrable"]
     assert results["sync"]["state"] == "Succeeded" and results["sync"]["duration_seconds"] is not None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_finished_job_is_concluded_in_one_step_with_no_watch(cluster, mode):
+    """A poke, or a deferrable sensor's first check, on a job that has succeeded: one hook reads the job and
+    lists its pods by label (for the result's pod names), and that is all: no watch, no LIST of the
+    namespace's pods (which a watch would start with)."""
+    case = KINDS[1]
+    name = f"sensor-concluded-{mode[:4]}"
+    create(cluster, case, name, {"default": {"duration": 0.05}})
+    wait_for(lambda: _has_true(job_or_none(cluster, case, name), "Succeeded"))
+    sensor = sensor_for(case, name, deferrable=mode == "deferrable")
+    before = len(cluster.requests)
+
+    result = sensor.execute(make_context())  # poke mode: its first poke is done
+
+    assert result["state"] == "Succeeded" and len(result["pods"]) == 2
+    jobs = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
+    selector = get_kind("PyTorchJob").pod_selector(name)
+    assert sent_since(cluster, before) == [
+        f"GET {jobs}/{name}",
+        f"GET /api/v1/namespaces/{NAMESPACE}/pods?labelSelector={selector}",
+    ]
+
+
+def test_a_failed_job_is_explained_with_no_watch(cluster):
+    """A poke on a failed job: its explanation (events, the failing replicas' log tails) is read once, by
+    name and label; nothing is watched."""
+    case = KINDS[1]
+    failed_job(cluster, case, "sensor-explained")
+    before = len(cluster.requests)
+
+    with pytest.raises(TrainingJobSensorError, match="exit code 4"):
+        sensor_for(case, "sensor-explained").poke(make_context())
+
+    sent = sent_since(cluster, before)
+    assert not [line for line in sent if "watch=" in line]
+    pods = f"GET /api/v1/namespaces/{NAMESPACE}/pods?"
+    assert [line for line in sent if line.startswith(pods)] == [
+        f"{pods}labelSelector={get_kind('PyTorchJob').pod_selector('sensor-explained')}"
+    ]
+    assert len(sent) <= 8, sent  # the job, its pods, its events and each failing replica's events and log

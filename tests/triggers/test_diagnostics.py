@@ -5,6 +5,7 @@ from __future__ import annotations
 from airflow_provider_training import diagnostics as diag
 from airflow_provider_training.kinds.base import JobState, JobStatus, ReplicaCounts
 from airflow_provider_training.kinds.registry import get_kind
+from airflow_provider_training.outcome import WaitEvent
 from airflow_provider_training.results import build_result, failure_message
 
 PYTORCH = get_kind("PyTorchJob")
@@ -152,11 +153,11 @@ def test_failure_message_and_result():
         "log_tail": {"j-master-0": ["step 1", "ValueError: bad batch"]},
         "events": [{"object": "Pod/j-master-0", "reason": "BackOff", "message": "restarting", "count": 1}],
     }
-    message = failure_message(event)
+    message = failure_message(WaitEvent.from_payload(event))
     assert message.splitlines()[0] == "PyTorchJob ns/j failed: 1 Master replica(s) failed."
     assert "Job status: state Failed, reason PyTorchJobFailed" in message
     assert "master-0 (pod j-master-0, container pytorch): exit code 3, reason Error" in message
     assert "    | ValueError: bad batch" in message
     assert "Pod/j-master-0: BackOff: restarting" in message
-    result = build_result(event)
+    result = build_result(WaitEvent.from_payload(event))
     assert result["state"] == "Failed" and result["pods"] == ["j-master-0"] and result["uid"] == "u"

@@ -15,6 +15,7 @@ from localkube.resources import PODS
 from airflow_provider_training import diagnostics as diag
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import JobStatus
+from airflow_provider_training.outcome import WaitEvent
 from airflow_provider_training.results import failure_message
 from airflow_provider_training.triggers.training import TrainingJobTrigger
 from tests.operators.harness import KIND_BY_NAME, NAMESPACE, job_or_none, manifest, resource
@@ -31,7 +32,7 @@ def trigger(case, name, **kwargs):
         job_name=name,
         namespace=NAMESPACE,
         get_logs=False,
-        poll_interval=0.1,
+        check_interval=0.1,
         **kwargs,
     )
 
@@ -73,7 +74,7 @@ async def test_backoff_limit_hit_and_pods_deleted_before_the_trigger_attached(cl
     # again when it looked): the replica is named, and what is unknown is said plainly.
     [worker] = event["replica_failures"]
     assert (worker["pod"], worker["replica_type"], worker["index"]) == ("backoff-gone-worker-0", "Worker", 0)
-    text = failure_message(event)
+    text = failure_message(WaitEvent.from_payload(event))
     assert (
         "worker-0 (pod backoff-gone-worker-0, container tensorflow): "
         "exit code unknown: the pod was deleted before it could be read, reason CrashLoopBackOff"
@@ -116,4 +117,4 @@ async def test_a_resubmitted_job_shows_only_its_own_events(cluster):
     failing = [e for e in event["events"] if e["reason"] == "PyTorchJobFailed"]
     assert len(failing) == 1  # the later job's; the earlier one's is not listed
     assert all(e["time"] >= later["metadata"]["creationTimestamp"] for e in event["events"])
-    assert "exit code 2" not in failure_message(event)
+    assert "exit code 2" not in failure_message(WaitEvent.from_payload(event))

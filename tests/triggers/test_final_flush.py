@@ -83,7 +83,7 @@ async def streaming_then_cut(cluster, hook) -> tuple[asyncio.Task, TaskLog]:
     for i in range(1, 11):
         cluster.logs.write("default", POD, C, f"line {i}\n")
     task_log = TaskLog()
-    options = WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=50), poll_interval=0.1)
+    options = WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=50), check_interval=0.1)
     waiter = JobWaiter(hook, PYTORCH, "flushed", "default", options, task_log)
     waiting = asyncio.create_task(waiter.wait())
     await until(lambda: "[master-0] line 10" in task_log.infos)
@@ -113,7 +113,7 @@ async def test_the_final_read_retries_until_it_gets_every_line(tmp_path: Path, m
         set_job(cluster, "Succeeded")  # the wait ends: its final flush meets the faults
         await until(lambda: len(log_reads(cluster, since, follow=False)) >= RETRIES)
         cluster.faults.clear()  # the API server recovers, long after the hook's attempts are used up
-        event = await waiting
+        event = (await waiting).to_payload()
 
     assert event["status"] == "success"
     assert listing.hits == RETRIES  # the flush's pod LIST was retried too
@@ -128,7 +128,7 @@ async def test_lines_of_a_deleted_pod_are_named_as_lost(tmp_path: Path, monkeypa
         cluster.logs.forget_pod("default", POD)
         cluster.faults.clear()
         set_job(cluster, "Succeeded")
-        event = await waiting
+        event = (await waiting).to_payload()
 
     assert event["status"] == "success"
     assert emitted(task_log) == [f"[master-0] line {i}" for i in range(1, 11)]

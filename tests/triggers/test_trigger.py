@@ -30,7 +30,7 @@ def create(cluster, name, script, case=PYTORCH, **options):
 
 
 def trigger_for(name, **kwargs):
-    kwargs.setdefault("poll_interval", 0.1)
+    kwargs.setdefault("check_interval", 0.1)
     return TrainingJobTrigger(
         kind="PyTorchJob", api_version="kubeflow.org/v1", job_name=name, namespace=NAMESPACE, **kwargs
     )
@@ -50,7 +50,7 @@ async def first(trigger):
         {},
         {"uid": "0b1c", "target_state": "Running", "get_logs": False, "log_replicas": ["Worker", "Master"]},
         {"deadline": "2026-11-29T13:00:00+00:00", "startup_timeout": 30.0, "kubernetes_conn_id": None},
-        {"allow_missing": True, "status_grace_period": 5.0, "poll_interval": 1.5, "log_replicas": "all"},
+        {"allow_missing": True, "status_grace_period": 5.0, "check_interval": 1.5, "log_replicas": "all"},
         {"log_replicas": "all", "max_log_streams": 200},
         {"on_kill_action": "keep"},
         {"on_kill_action": "delete"},
@@ -206,3 +206,15 @@ async def test_a_wait_that_cannot_run_is_an_error_event(cluster, monkeypatch, tm
 
     assert event["status"] == "error"
     assert event["message"] and event["job"]["name"] == "any-job"
+
+
+def test_a_trigger_serialized_before_check_interval_was_named_still_loads():
+    """Triggers serialized by earlier versions carry ``poll_interval``; the triggerer still builds them."""
+    _, serialized = trigger_for("job-a").serialize()
+    earlier = {**serialized, "poll_interval": 2.5}
+    del earlier["check_interval"]
+
+    loaded = TrainingJobTrigger(**earlier)
+
+    assert loaded.check_interval == 2.5
+    assert loaded.serialize()[1] == {**serialized, "check_interval": 2.5}

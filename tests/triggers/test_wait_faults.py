@@ -175,7 +175,7 @@ async def test_children_reads(cluster, faults):
             namespace=NAMESPACE,
             deadline=deadline(),
             get_logs=False,
-            poll_interval=0.1,
+            check_interval=0.1,
         )
         event = await first(trigger)
         await trigger.on_kill()
@@ -224,7 +224,7 @@ async def test_missing_crd_ends_the_wait(cluster):
             WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=30)),
             _Log(),
         )
-        event = await waiter.wait()
+        event = (await waiter.wait()).to_payload()
     finally:
         await hook.close()
 

@@ -19,7 +19,7 @@ with DAG("train_and_check", schedule=None, catchup=False) as dag:
         job=JOB,
         job_name="{{ dag.dag_id | replace('_', '-') }}-{{ ds_nodash }}",
         deferrable=True,
-        poll_interval=0.2,
+        check_interval=0.2,
     )
     # The check in deferrable mode, and the same in poke mode: both push the same XCom value.
     checks = [
@@ -34,4 +34,4 @@ with DAG("train_and_check", schedule=None, catchup=False) as dag:
     ]
     train >> checks
     # The same wait, run inline in the worker (sync mode), under the real task runner.
-    train_sync = PyTorchJobOperator(task_id="train_sync", job=JOB, deferrable=False, poll_interval=0.2)
+    train_sync = PyTorchJobOperator(task_id="train_sync", job=JOB, deferrable=False, check_interval=0.2)
