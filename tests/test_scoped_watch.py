@@ -211,3 +211,23 @@ async def test_a_trigger_asks_the_server_for_training_pods_only(shared: LocalKub
         assert (
             r.query["labelSelector"] == "training.kubeflow.org/job-name" or name in r.query["labelSelector"]
         )
+
+
+async def test_a_selector_no_scope_holds_and_a_name_are_served_by_the_namespace_wide_watch(shared: LocalKube):
+    since = len(shared.requests)
+    hub, hook = WatchHub(), AsyncTrainingJobHook()
+    scope = get_kind("PyTorchJob").pod_watch_selectors
+    try:
+        async with (
+            hub.subscribe(hook, PODS, NAMESPACE, label_selector="app=web", scope=scope) as web,
+            hub.subscribe(hook, PODS, NAMESPACE, name="unrelated-001", scope=scope) as named,
+        ):
+            first_web = await asyncio.wait_for(anext(web), 30)  # a hang guard, not a timing assertion
+            first_named = await asyncio.wait_for(anext(named), 30)
+            assert first_web.object["metadata"]["labels"]["app"] == "web"
+            assert (first_named.type, first_named.name) == ("ADDED", "unrelated-001")
+            assert hub.stats.active_watches == 1  # the two share it
+    finally:
+        await hook.close()
+    lists = [r for r in pod_requests(shared, since) if r.query.get("watch") != "true"]
+    assert len(lists) == 1 and "labelSelector" not in lists[0].query
