@@ -308,7 +308,11 @@ class ReplicaLogStreamer:
         try:
             await self._choose()
             async with hub.subscribe(
-                self.hook, PODS, self.namespace, label_selector=self._selectors()
+                self.hook,
+                PODS,
+                self.namespace,
+                label_selector=self._selectors(),
+                scope=self.kind.pod_watch_selectors,
             ) as events:
                 async for event in events:
                     self._on_pod(event.type, event.object)

@@ -150,7 +150,14 @@ class JobWaiter:
                 for tag, resource, selection in self._watched():
                     deliver = _into(queue, tag)
                     await stack.enter_async_context(
-                        hub.feed(self.hook, resource, self.namespace, deliver, **selection)
+                        hub.feed(
+                            self.hook,
+                            resource,
+                            self.namespace,
+                            deliver,
+                            scope=self.kind.pod_watch_selectors if resource == PODS else (),
+                            **selection,
+                        )
                     )
                 stack.push_async_callback(_cancel, tasks)  # before the subscriptions close
                 stack.callback(self._stop_ticks)

@@ -1,7 +1,10 @@
-"""The shared watch hub: one LIST+WATCH per (connection, resource, namespace) per event loop, fanned out.
+"""The shared watch hub: one LIST+WATCH per (connection, resource, namespace, scope) per loop, fanned out.
 
 Every trigger waiting on a job subscribes here instead of polling or watching on its own, so a triggerer with
-N deferred tasks keeps one watch per resource and namespace, whatever N is. The hub keeps the current objects
+N deferred tasks keeps one watch per resource, namespace and scope, whatever N is. A scope is a label selector
+without a job name (a kind's :attr:`~airflow_provider_training.kinds.base.JobKind.pod_watch_selectors`, e.g.
+``training.kubeflow.org/job-name``) sent to the server, so that the hub lists, watches and caches only the
+pods of training jobs and not every pod of a shared namespace. The hub keeps the current objects
 (from the LIST, then the WATCH events), resumes a watch that ended from the last resourceVersion it saw,
 relists on 410 Expired (reporting what changed meanwhile as MODIFIED/DELETED), backs off on errors, and stops
 the watch when its last subscriber leaves.
@@ -61,6 +64,7 @@ class HubStats:
     active_watches: int = 0  # shared watches running now
     subscribers: int = 0  # subscribers now
     events: int = 0  # watch events received from the server
+    cached: int = 0  # objects the running watches hold now
 
 
 class _Subscriber:
@@ -72,19 +76,14 @@ class _Subscriber:
     """
 
     def __init__(
-        self, name: str | None, selectors: list[tuple[LabelTerm, ...]] | None, deliver: Deliver | None = None
+        self, name: str | None, selectors: list[tuple[LabelTerm, ...]] | None, deliver: Deliver
     ) -> None:
         self.name = name
         self.selectors = selectors
         # (label key, values) per selector, one of its terms an object must carry to match (``None``: some
         # selector has no such term, so every change is offered to this subscriber).
         self.terms = _index_terms(selectors) if name is None else None
-        # Its events go to ``deliver`` (a subscriber that has its own queue) or to a queue of its own.
-        self.queue: asyncio.Queue[WatchEvent | BaseException] | None = None
-        if deliver is None:
-            self.queue = asyncio.Queue()
-            deliver = self.queue.put_nowait
-        self.put: Deliver = deliver
+        self.put = deliver
         self.primed = False
         self.buffer: list[tuple[str, dict[str, Any]]] | None = None  # changes seen while confirming
         self.floor: str | None = None  # the resourceVersion the first event showed; older changes are stale
@@ -135,14 +134,6 @@ class _Subscriber:
 
     def selects(self, obj: dict[str, Any]) -> bool:
         return self.selectors is None or any(selects(terms, obj) for terms in self.selectors)
-
-    async def events(self) -> AsyncIterator[WatchEvent]:
-        assert self.queue is not None, "a subscriber with a deliver callable has no events to iterate"
-        while True:
-            item = await self.queue.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
 
 
 def _index_terms(selectors: list[tuple[LabelTerm, ...]] | None) -> list[tuple[str, frozenset[str]]] | None:
@@ -268,25 +259,29 @@ def _name(obj: dict[str, Any]) -> str:
 
 
 class _SharedWatch:
-    """The LIST+WATCH loop of one (connection, resource, namespace), with its own hook and client."""
+    """The LIST+WATCH loop of one (connection, resource, namespace, scope), with its own hook and client.
 
-    def __init__(self, hub: WatchHub, hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str):
+    ``scope`` is the label selector the server filters by (``""``: every object of the namespace)."""
+
+    def __init__(
+        self, hub: WatchHub, hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str, scope: str
+    ):
         self.hub = hub
         self.hook = hook
         self.resource = resource
         self.namespace = namespace
+        self.scope = scope
         self.objects: dict[str, dict[str, Any]] = {}
         self.resource_version: str | None = None
         self.synced = False
         self.subscribers: list[_Subscriber] = []
         self.index = _Index()
-        self.task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"watch {resource.key}/{namespace}"
-        )
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"watch {self._label}")
 
     @property
     def _label(self) -> str:
-        return f"{self.resource.key} in {self.namespace}"
+        scoped = f" labelled {self.scope}" if self.scope else ""
+        return f"{self.resource.key}{scoped} in {self.namespace}"
 
     def add(self, sub: _Subscriber) -> None:
         self.subscribers.append(sub)
@@ -366,7 +361,9 @@ class _SharedWatch:
 
     async def _list(self) -> None:
         self.hub._count(lists=1)
-        listed = await self.hook.list_objects(self.resource, self.namespace)
+        listed = await self.hook.list_objects(
+            self.resource, self.namespace, label_selector=self.scope or None
+        )
         current = {item["metadata"]["name"]: _trim(item, self.resource) for item in listed.get("items") or []}
         self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
         if not self.synced:
@@ -395,7 +392,11 @@ class _SharedWatch:
         self.hub._count(watches_opened=1)
         timeout = random.randint(*self.hub.watch_timeout)
         events = self.hook.watch_objects(
-            self.resource, self.namespace, resource_version=self.resource_version, timeout_seconds=timeout
+            self.resource,
+            self.namespace,
+            resource_version=self.resource_version,
+            timeout_seconds=timeout,
+            label_selector=self.scope or None,
         )
         async for event in events:
             self.hub._count(events=1)
@@ -455,19 +456,45 @@ def _not_newer(version: str | None, floor: str | None) -> bool:
 
 
 def _watch_key(hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str) -> Hashable:
+    """What a watch is shared by, but for its scope."""
     return (hook.connection_key, resource.group, resource.version, resource.plural, namespace)
+
+
+def serving_scope(selector: str, scope: Sequence[str]) -> str:
+    """The first of the server-side selectors ``scope`` that holds every object ``selector`` selects (``""``:
+    none does, so the namespace-wide watch serves it). Judged term by term: a scope term must follow from one
+    of the selector's terms on the same key, so a scope is never chosen wrongly, only perhaps missed."""
+    terms = parse_selector(selector)
+    for candidate in scope:
+        if candidate and all(any(_implies(t, wanted) for t in terms) for wanted in parse_selector(candidate)):
+            return candidate
+    return ""
+
+
+def _implies(term: LabelTerm, wanted: LabelTerm) -> bool:
+    """Whether every label set satisfying ``term`` satisfies ``wanted``."""
+    if term.key != wanted.key:
+        return False
+    if wanted.among:  # ``key`` or ``key in (...)``: ``term`` must require the label, with values among these
+        return term.among and (
+            wanted.values is None or (term.values is not None and term.values <= wanted.values)
+        )
+    if not term.among:  # ``!key`` or ``key notin (...)``, from ``!key`` or a wider ``notin``
+        return term.values is None or (wanted.values is not None and wanted.values <= term.values)
+    return term.values is not None and wanted.values is not None and not term.values & wanted.values
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchHub] = weakref.WeakKeyDictionary()
 
 
 class WatchHub:
-    """Shares one LIST+WATCH per (connection, resource, namespace) among the subscribers of an event loop."""
+    """Shares one LIST+WATCH per (connection, resource, namespace, scope) among the subscribers of an event
+    loop."""
 
     def __init__(self, *, watch_timeout: tuple[int, int] = (240, 360)) -> None:
         # Server-side timeoutSeconds of each watch request, drawn from this range so reconnects spread out.
         self.watch_timeout = watch_timeout
-        self._watches: dict[Hashable, _SharedWatch] = {}
+        self._watches: dict[tuple[Hashable, str], _SharedWatch] = {}  # by watch key and scope
         self._stats = HubStats()
 
     @classmethod
@@ -481,16 +508,21 @@ class WatchHub:
 
     @property
     def stats(self) -> HubStats:
-        live = sum(watch.hook.request_count for watch in self._watches.values() if not watch.task.done())
-        return replace(self._stats, requests=self._stats.requests + live)
+        running = [watch for watch in self._watches.values() if not watch.task.done()]
+        live = sum(watch.hook.request_count for watch in running)
+        cached = sum(len(watch.objects) for watch in running)
+        return replace(self._stats, requests=self._stats.requests + live, cached=cached)
 
     def cached(
         self, hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str, name: str
     ) -> dict[str, Any] | None:
-        """An object as the running shared watch of its resource and namespace last saw it (``None``: no such
-        watch, not listed yet, or no such object). Costs no request."""
-        watch = self._watches.get(_watch_key(hook, resource, namespace))
-        return watch.objects.get(name) if watch is not None and watch.synced else None
+        """An object as a running shared watch of its resource and namespace (of any scope) last saw it
+        (``None``: no such watch, not listed yet, or no such object). Costs no request."""
+        key = _watch_key(hook, resource, namespace)
+        for (watched, _), watch in self._watches.items():
+            if watched == key and watch.synced and name in watch.objects:
+                return watch.objects[name]
+        return None
 
     def _count(self, **deltas: int) -> None:
         self._stats = replace(self._stats, **{k: getattr(self._stats, k) + v for k, v in deltas.items()})
@@ -504,19 +536,27 @@ class WatchHub:
         *,
         name: str | None = None,
         label_selector: str | Sequence[str] | None = None,
+        scope: Sequence[str] = (),
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         """Events of one object (``name``), of the objects matching ``label_selector``, or of all.
 
         ``name`` works for any resource (a job, a batch Job or ReplicaSet it owns, a pod). Several label
         selectors select their union (each object once), for replicas whose types are labelled differently.
 
+        ``scope`` lists server-side label selectors (a kind's ``pod_watch_selectors``): each label selector
+        is served by the shared watch of the first of them that holds every object it selects
+        (:func:`serving_scope`), so that watch lists only those objects; one no scope holds, and a named
+        object, by the watch of the whole namespace. Union semantics hold within each scope: an object two
+        scopes hold (labelled for both) would be reported by each.
+
         The first event for a named object is its current state (``ADDED``), or ``DELETED`` with just its name
         when it does not exist. A selector subscription starts with ``ADDED`` for every matching object, and
         sees an object that stops matching as ``DELETED``. A watch failure that retrying cannot fix (403, an
         unknown resource) is raised from the iterator.
         """
-        async with self._join(hook, resource, namespace, name, label_selector, None) as sub:
-            yield sub.events()
+        queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
+        async with self._join(hook, resource, namespace, name, label_selector, scope, queue.put_nowait):
+            yield _events(queue)
 
     @contextlib.asynccontextmanager
     async def feed(
@@ -528,11 +568,12 @@ class WatchHub:
         *,
         name: str | None = None,
         label_selector: str | Sequence[str] | None = None,
+        scope: Sequence[str] = (),
     ) -> AsyncIterator[None]:
         """The events of :meth:`subscribe`, each handed to ``deliver`` as it arrives (and the error that
         ended the watch, instead of raising it): for a subscriber that merges several subscriptions into a
         queue of its own, without a queue and a task per subscription."""
-        async with self._join(hook, resource, namespace, name, label_selector, deliver):
+        async with self._join(hook, resource, namespace, name, label_selector, scope, deliver):
             yield
 
     @contextlib.asynccontextmanager
@@ -543,26 +584,46 @@ class WatchHub:
         namespace: str,
         name: str | None,
         label_selector: str | Sequence[str] | None,
-        deliver: Deliver | None,
-    ) -> AsyncIterator[_Subscriber]:
+        scope: Sequence[str],
+        deliver: Deliver,
+    ) -> AsyncIterator[None]:
         given = [label_selector] if isinstance(label_selector, str) else list(label_selector or ())
-        # No selector, or an empty one among them, selects every object.
-        selectors = [parse_selector(s) for s in given] if given and all(given) else None
+        # No selector, or an empty one among them, selects every object: the namespace-wide watch serves it.
+        parts: dict[str, list[tuple[LabelTerm, ...]] | None] = {"": None}
+        if name is None and given and all(given):
+            grouped: dict[str, list[tuple[LabelTerm, ...]]] = {}
+            for selector in given:
+                grouped.setdefault(serving_scope(selector, scope), []).append(parse_selector(selector))
+            parts = dict(grouped)
         key = _watch_key(hook, resource, namespace)
-        watch = self._watches.get(key)
-        if watch is None or watch.task.done():
-            watch = self._watches[key] = _SharedWatch(self, hook.copy(), resource, namespace)
-        sub = _Subscriber(name, selectors, deliver)
-        watch.add(sub)
+        joined: list[tuple[_SharedWatch, _Subscriber]] = []
+        for scoped, selectors in parts.items():
+            watch = self._watches.get((key, scoped))
+            if watch is None or watch.task.done():
+                watch = self._watches[key, scoped] = _SharedWatch(
+                    self, hook.copy(), resource, namespace, scoped
+                )
+            sub = _Subscriber(name, selectors, deliver)
+            watch.add(sub)
+            joined.append((watch, sub))
         self._count(subscribers=1)
         try:
-            yield sub
+            yield
         finally:
             self._count(subscribers=-1)
-            if sub.confirming is not None:
-                sub.confirming.cancel()
-            watch.remove(sub)
-            if not watch.subscribers:
-                if self._watches.get(key) is watch:
-                    del self._watches[key]
-                await watch.stop()
+            for watch, sub in joined:
+                if sub.confirming is not None:
+                    sub.confirming.cancel()
+                watch.remove(sub)
+                if not watch.subscribers:
+                    if self._watches.get((key, watch.scope)) is watch:
+                        del self._watches[key, watch.scope]
+                    await watch.stop()
+
+
+async def _events(queue: asyncio.Queue[WatchEvent | BaseException]) -> AsyncIterator[WatchEvent]:
+    while True:
+        item = await queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item

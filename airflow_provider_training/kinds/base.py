@@ -197,6 +197,13 @@ class JobKind:
     job's own events (the Kubeflow operator records each replica's exit code there, which outlives pods
     deleted by ``cleanPodPolicy``). ``suspend_patch(suspend)`` is the merge patch that suspends
     (``True``) or resumes (``False``) a job of this kind, ``None`` for kinds that cannot be suspended.
+
+    ``pod_watch_selectors`` are label selectors without a job name that the watch hub sends the server, so
+    that it lists and caches the pods of this kind's jobs and not every pod of the namespace: between them
+    they must hold every pod the kind's pod selectors (and its children on pods) select, each selector within
+    one of them (a selector none holds is served by a watch of the whole namespace). Several are for replica
+    types labelled by different keys (a server-side selector cannot say "this label or that one"); each is
+    one shared watch. Empty: the whole namespace.
     """
 
     resource: ResourceRef
@@ -217,6 +224,7 @@ class JobKind:
     failures_in_events: Callable[[str, Sequence[RawObject]], list[dict[str, Any]]] = lambda name, events: []
     suspend_patch: Callable[[bool], dict[str, Any] | None] = lambda suspend: None
     deciding_replicas: tuple[str, ...] = ()
+    pod_watch_selectors: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:

@@ -274,6 +274,9 @@ def job_kind(layout: Layout) -> JobKind:
         suspend_patch=suspend_patch,
         deciding_replicas=layout.deciding,
         failures_in_events=partial(failures_in_events, layout),
+        # Every replica pod of every kind (the operator labels them all with the job name): one pod watch
+        # for the family.
+        pod_watch_selectors=(JOB_NAME_LABEL,),
     )
 
 

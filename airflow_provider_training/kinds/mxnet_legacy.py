@@ -230,6 +230,8 @@ def job_kind(lineage: Lineage) -> JobKind:
         owns_pod=partial(owns_pod, lineage),
         # As chief() decides: mlkube's dist SCHEDULER, else WORKER (v1alpha1's default terminationPolicy).
         deciding_replicas=("SCHEDULER", "WORKER") if lineage is MLKUBE else ("WORKER",),
+        # The marker every replica pod carries (valued ""); mlkube pods have no job-name label to narrow it.
+        pod_watch_selectors=(lineage.marker_label,),
     )
 
 

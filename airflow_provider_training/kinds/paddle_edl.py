@@ -302,6 +302,9 @@ def job_kind() -> JobKind:
         children=CHILDREN,
         extra_pod_selectors=extra_pod_selectors,
         deciding_replicas=(TRAINER,),  # the trainer Job's outcome is the job's
+        # Each replica type's label key (trainer, pserver, master pods carry one each): one pod watch per key,
+        # since a server-side selector cannot ask for one label or another.
+        pod_watch_selectors=tuple(LABELS.values()),
     )
 
 

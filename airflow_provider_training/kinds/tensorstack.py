@@ -333,6 +333,7 @@ def job_kind(layout: Layout) -> JobKind:
         failed_replicas=failed_replicas,
         suspend_patch=suspend_patch,
         deciding_replicas=layout.deciding,
+        pod_watch_selectors=(OWNER_LABEL,),  # the only pod label documented for jobs (tensorstack-t9k.md)
     )
 
 
