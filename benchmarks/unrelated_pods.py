@@ -130,7 +130,7 @@ async def _child(args: argparse.Namespace) -> None:
 
 def unrelated_pod(index: int) -> dict[str, Any]:
     """A pod of some other workload, as a Deployment creates them (a few KB, as on a real cluster)."""
-    from airflow_provider_training.localkube.runtime import ANNOTATION
+    from localkube.runtime import ANNOTATION
 
     app = f"svc-{index % 40:02d}"
     container = {
@@ -167,7 +167,7 @@ def unrelated_pod(index: int) -> dict[str, Any]:
 
 
 def wait_running(cluster: Any, count: int) -> None:
-    from airflow_provider_training.localkube.resources import PODS
+    from localkube.resources import PODS
 
     def running() -> int:
         return sum(
@@ -188,7 +188,7 @@ class Churn:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        from airflow_provider_training.localkube.resources import PODS
+        from localkube.resources import PODS
 
         while self.rate and not self.stop.wait(1 / self.rate):
             name = self.names[self.changes % len(self.names)]
@@ -295,9 +295,8 @@ def main() -> None:
         asyncio.run(_child(args))
         return
 
+    from localkube.resources import PODS
     from scale_cluster import create_jobs, start_cluster
-
-    from airflow_provider_training.localkube.resources import PODS
 
     cluster, _runtime = start_cluster(log_every=3600)  # job pods stay Running, (almost) silent
     try:

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from localkube.cluster import LocalKube
+from localkube.resources import PODS as POD_TYPE
+from localkube.runtime import ANNOTATION
 
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
 from airflow_provider_training.kinds import JobKind, all_kinds, get_kind
 from airflow_provider_training.kinds.base import PODS
-from airflow_provider_training.localkube.cluster import LocalKube
-from airflow_provider_training.localkube.resources import PODS as POD_TYPE
-from airflow_provider_training.localkube.runtime import ANNOTATION
 from airflow_provider_training.triggers.training import TrainingJobTrigger
 from airflow_provider_training.watch import WatchHub, serving_scope
 from tests.hooks.kube_env import until
