@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/trigger_load.py
 	$(BIN)/python benchmarks/loop_lag.py
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/unrelated_pods.py
 
 clean:
 	rm -rf $(VENV) .demo
