@@ -595,7 +595,5 @@ def _apply(objects: dict[str, RawObject], event: WatchEvent) -> None:
 
 def run_on(hook: TrainingJobHook, work: Coroutine[Any, Any, T]) -> T:
     """Run ``work`` (a :class:`JobWaiter`'s, on ``hook.async_hook``) on the sync hook's own event loop, the
-    one its other calls use: the sync mode's waiting, with the execution's one hook and client.
-
-    Until the hook offers this itself, it goes through the facade's loop thread."""
-    return hook._loop_thread().run(work)
+    one its other calls use: the sync mode's waiting, with the execution's one hook and client."""
+    return hook.run(work)
