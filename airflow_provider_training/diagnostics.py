@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_provider_training.kinds.base import JobKind, JobStatus, RawObject
+from airflow_provider_training.kinds.base import JobKind, JobStatus, RawObject, ReplicaFailure
 
 STUCK_WAITING_REASONS = frozenset(
     {"ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "CreateContainerConfigError", "InvalidImageName"}
@@ -54,13 +54,13 @@ def pod_name(pod: RawObject) -> str:
     return str((pod.get("metadata") or {}).get("name", ""))
 
 
-def replica_failures(kind: JobKind, pods: Iterable[RawObject]) -> list[dict[str, Any]]:
+def replica_failures(kind: JobKind, pods: Iterable[RawObject]) -> list[ReplicaFailure]:
     """Each failing replica: pod, replica type and index, container, exit code and termination reason.
 
     A container counts as failing when its current or previous run terminated with a non-zero exit code;
     the kind's default container is listed first, as its exit code is the one the operator acts on.
     """
-    failures: list[dict[str, Any]] = []
+    failures: list[ReplicaFailure] = []
     for pod in pods:
         replica = kind.replica_of_pod(pod)
         statuses = sorted(_container_statuses(pod), key=lambda cs: cs.get("name") != kind.default_container)
@@ -69,54 +69,45 @@ def replica_failures(kind: JobKind, pods: Iterable[RawObject]) -> list[dict[str,
             term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
             if term and int(term.get("exitCode", 0)) != 0:
                 failures.append(
-                    {
-                        "pod": pod_name(pod),
-                        "replica_type": replica.replica_type,
-                        "index": replica.index,
-                        "container": cs.get("name"),
-                        "exit_code": int(term["exitCode"]),
-                        "reason": term.get("reason") or "",
-                        "message": term.get("message") or "",
-                        "restarts": int(cs.get("restartCount") or 0),
-                    }
+                    ReplicaFailure(
+                        pod=pod_name(pod),
+                        replica_type=replica.replica_type,
+                        index=replica.index,
+                        container=cs.get("name"),
+                        exit_code=int(term["exitCode"]),
+                        reason=term.get("reason") or "",
+                        message=term.get("message") or "",
+                        restarts=int(cs.get("restartCount") or 0),
+                    )
                 )
         if (
-            not any(f["pod"] == pod_name(pod) for f in failures)
+            not any(f.pod == pod_name(pod) for f in failures)
             and (pod.get("status") or {}).get("phase") == "Failed"
         ):
             status = pod.get("status") or {}
             failures.append(
-                {
-                    "pod": pod_name(pod),
-                    "replica_type": replica.replica_type,
-                    "index": replica.index,
-                    "container": None,
-                    "exit_code": None,
-                    "reason": status.get("reason") or "Failed",
-                    "message": status.get("message") or "",
-                    "restarts": 0,
-                }
+                ReplicaFailure(
+                    pod=pod_name(pod),
+                    replica_type=replica.replica_type,
+                    index=replica.index,
+                    reason=status.get("reason") or "Failed",
+                    message=status.get("message") or "",
+                )
             )
     return failures
 
 
-def counted_failures(kind: JobKind, status: JobStatus, pods: Iterable[RawObject]) -> list[dict[str, Any]]:
+def counted_failures(kind: JobKind, status: JobStatus, pods: Iterable[RawObject]) -> list[ReplicaFailure]:
     """When no pod, status or event names a failing replica: the replica types the status counts failed
     replicas of, saying plainly that their exit codes are unknown (and why, when their pods are gone)."""
     present = {kind.replica_of_pod(pod).replica_type for pod in pods}
     return [
-        {
-            "pod": None,
-            "replica_type": rtype,
-            "index": None,
-            "container": None,
-            "exit_code": None,
-            "reason": "",
-            "message": "exit code unknown"
+        ReplicaFailure(
+            replica_type=rtype,
+            message="exit code unknown"
             + ("" if rtype in present else ": the pods were deleted before they could be read"),
-            "restarts": 0,
-            "count": counts.failed,
-        }
+            count=counts.failed,
+        )
         for rtype, counts in sorted(status.replicas.items())
         if counts.failed
     ]

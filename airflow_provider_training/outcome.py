@@ -1,4 +1,6 @@
-"""How a wait ended, typed: :class:`Outcome`, :class:`JobRef`, :class:`ReplicaFailure` and :class:`WaitEvent`.
+"""How a wait ended, typed: :class:`Outcome`, :class:`JobRef` and :class:`WaitEvent`, whose failing
+replicas are :class:`~airflow_provider_training.kinds.base.ReplicaFailure` values (defined next to the kinds
+that read them, re-exported here).
 
 The waiter builds a :class:`WaitEvent`; it crosses the triggerer/worker boundary as its payload (plain JSON,
 :meth:`WaitEvent.to_payload`), read back with :meth:`WaitEvent.from_payload`, which also reads payloads of
@@ -26,7 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_training.kinds.base import JobKind, JobState
+from airflow_provider_training.kinds.base import JobKind, JobState, ReplicaFailure
+
+__all__ = ["JobRef", "Outcome", "ReplicaFailure", "WaitEvent"]
 
 
 class Outcome(enum.StrEnum):
@@ -83,66 +87,6 @@ class JobRef:
     def label(self) -> str:
         """``PyTorchJob default/mnist``."""
         return f"{self.kind} {self.namespace}/{self.name}"
-
-
-# The keys a replica failure carries only when they say something.
-_OPTIONAL = ("source", "count", "log", "exit_code_unknown")
-
-
-@dataclass
-class ReplicaFailure:
-    """One failing replica: where it ran, how it ended, and where that was read.
-
-    ``pod`` is ``None`` when only the status' count is known (then ``count`` says how many failed);
-    ``source`` is ``"events"`` when read from the job's events; ``log`` says why no log line could be read;
-    ``exit_code_unknown`` why the exit code could not be read.
-    """
-
-    replica_type: str
-    pod: str | None = None
-    index: int | None = None
-    container: str | None = None
-    exit_code: int | None = None
-    reason: str = ""
-    message: str = ""
-    restarts: int = 0
-    source: str | None = None
-    count: int | None = None
-    log: str | None = None
-    exit_code_unknown: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReplicaFailure:
-        """From the dict shape of ``diagnostics.replica_failures`` and ``JobKind.failed_replicas``."""
-        return cls(
-            replica_type=str(data.get("replica_type", "")),
-            pod=data.get("pod"),
-            index=data.get("index"),
-            container=data.get("container"),
-            exit_code=data.get("exit_code"),
-            reason=str(data.get("reason") or ""),
-            message=str(data.get("message") or ""),
-            restarts=int(data.get("restarts") or 0),
-            **{key: data[key] for key in _OPTIONAL if data.get(key) is not None},
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        found = {
-            "pod": self.pod,
-            "replica_type": self.replica_type,
-            "index": self.index,
-            "container": self.container,
-            "exit_code": self.exit_code,
-            "reason": self.reason,
-            "message": self.message,
-            "restarts": self.restarts,
-        }
-        return found | {key: getattr(self, key) for key in _OPTIONAL if getattr(self, key) is not None}
-
-    @property
-    def where(self) -> str:
-        """``worker-1``, or the replica type alone when the index is unknown."""
-        return self.replica_type if self.index is None else f"{self.replica_type.lower()}-{self.index}"
 
 
 @dataclass

@@ -30,7 +30,7 @@ from airflow_provider_training.kinds.base import (
     ResourceRef,
     parse_time,
 )
-from airflow_provider_training.outcome import JobRef, Outcome, ReplicaFailure, WaitEvent
+from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
 
 if TYPE_CHECKING:
     from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
@@ -443,13 +443,13 @@ class JobWaiter:
         survives: the pods' last states (as listed now or as any watch saw them), what the job's status and
         its own events record (pods may be gone: cleanPodPolicy, T9k), else the status' replica counts."""
         job_events = await self.hook.list_events(self.namespace, self.name, self.kind.kind, uid=self.uid)
-        failures = _failures(diag.replica_failures(self.kind, pods))
+        failures = diag.replica_failures(self.kind, pods)
         recorded = self.kind.failed_replicas(self.job) if self.job is not None else []
         for more in (recorded, self.kind.failures_in_events(self.name, job_events)):
             known = {f.pod for f in failures}
-            failures += [f for f in _failures(more) if f.pod not in known]
+            failures += [f for f in more if f.pod not in known]
         if not failures and self.status is not None:
-            failures = _failures(diag.counted_failures(self.kind, self.status, pods))
+            failures = diag.counted_failures(self.kind, self.status, pods)
         event.replica_failures = failures
         by_name = {diag.pod_name(p): p for p in pods}
         since = str(((self.job or {}).get("metadata") or {}).get("creationTimestamp") or "")
@@ -496,11 +496,6 @@ class JobWaiter:
 
     def identity(self) -> JobRef:
         return JobRef(self.name, self.namespace, self.uid, self.kind.kind, self.kind.api_version)
-
-
-def _failures(found: list[dict[str, Any]]) -> list[ReplicaFailure]:
-    """The replica failures ``diagnostics`` and the kinds read, typed."""
-    return [ReplicaFailure.from_dict(f) for f in found]
 
 
 _HINTS = {
@@ -600,7 +595,5 @@ def _apply(objects: dict[str, RawObject], event: WatchEvent) -> None:
 
 def run_on(hook: TrainingJobHook, work: Coroutine[Any, Any, T]) -> T:
     """Run ``work`` (a :class:`JobWaiter`'s, on ``hook.async_hook``) on the sync hook's own event loop, the
-    one its other calls use: the sync mode's waiting, with the execution's one hook and client.
-
-    Until the hook offers this itself, it goes through the facade's loop thread."""
-    return hook._loop_thread().run(work)
+    one its other calls use: the sync mode's waiting, with the execution's one hook and client."""
+    return hook.run(work)

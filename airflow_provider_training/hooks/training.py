@@ -526,7 +526,7 @@ def _sync(
 
     @functools.wraps(method)
     def call(self: TrainingJobHook, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._loop_thread().run(method(self.async_hook, *args, **kwargs))
+        return self.run(method(self.async_hook, *args, **kwargs))
 
     return call
 
@@ -547,8 +547,9 @@ class TrainingJobHook(HookParameters, BaseHook):
     """Sync facade over :class:`AsyncTrainingJobHook`, for operators; the same parameters
     (:class:`HookParameters`) and the same methods, without ``await``.
 
-    Each instance owns one private event loop in a daemon thread and one async hook (one ``ApiClient``) on it.
-    The connection is resolved in the caller's thread. Call :meth:`close` (or use ``with``) when done.
+    Each instance owns one private event loop in a daemon thread and one async hook (one ``ApiClient``) on it;
+    :meth:`run` runs other coroutines on that loop. The connection is resolved in the caller's thread. Call
+    :meth:`close` (or use ``with``) when done.
     """
 
     conn_name_attr = "kubernetes_conn_id"
@@ -575,6 +576,16 @@ class TrainingJobHook(HookParameters, BaseHook):
         if self._loop is None or self._loop.closed:
             self._loop = LoopThread(name=f"training-hook-{self.kubernetes_conn_id}")
         return self._loop
+
+    def run(self, coro: Coroutine[Any, Any, R]) -> R:
+        """Run ``coro`` on this hook's private event loop and return its result (or raise its error) here.
+
+        For async work written against :attr:`async_hook`, run where the sync methods run: on the same loop,
+        with the same client and connection (a :class:`~airflow_provider_training.waiting.JobWaiter`'s wait in
+        the sync mode). Every sync method is its async twin passed through here. Interrupting the caller
+        cancels the coroutine. From a coroutine on that loop, await instead: this raises ``RuntimeError``.
+        """
+        return self._loop_thread().run(coro)
 
     def get_conn(self) -> AsyncTrainingJobHook:
         return self.async_hook

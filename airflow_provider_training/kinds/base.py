@@ -1,4 +1,4 @@
-"""What a training-job kind is, and the normalized status every kind is read into.
+"""What a training-job kind is, the normalized status every kind is read into, and its failing replicas.
 
 Nothing here does I/O. A kind module (``kubeflow.py``, ``paddle_edl.py``, ...) builds :class:`JobKind`
 values; operators, sensors, triggers and hooks only ever talk to this interface.
@@ -112,6 +112,71 @@ class JobStatus:
         )
 
 
+# The keys a replica failure's dict carries only when they say something.
+_OPTIONAL_FAILURE_KEYS = ("source", "count", "log", "exit_code_unknown")
+
+
+@dataclass
+class ReplicaFailure:
+    """One failing replica: where it ran, how it ended, and where that was read.
+
+    Built by every reader of failures (``diagnostics.replica_failures`` and ``counted_failures`` from pods and
+    the status, :attr:`JobKind.failed_replicas` from the job's status, :attr:`JobKind.failures_in_events` from
+    its events); the waiter adds ``log`` and ``exit_code_unknown`` when it explains a failure.
+    ``pod`` is ``None`` when only the status' count is known (then ``count`` says how many failed);
+    ``source`` is ``"events"`` when read from the job's events; ``log`` says why no log line could be read;
+    ``exit_code_unknown`` why the exit code could not be read.
+    """
+
+    replica_type: str
+    pod: str | None = None
+    index: int | None = None
+    container: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    restarts: int = 0
+    source: str | None = None
+    count: int | None = None
+    log: str | None = None
+    exit_code_unknown: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form in a wait event's payload: the optional keys only when set."""
+        found = {
+            "pod": self.pod,
+            "replica_type": self.replica_type,
+            "index": self.index,
+            "container": self.container,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "message": self.message,
+            "restarts": self.restarts,
+        }
+        optional = {key: getattr(self, key) for key in _OPTIONAL_FAILURE_KEYS}
+        return found | {key: value for key, value in optional.items() if value is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplicaFailure:
+        """From :meth:`to_dict`'s output in a payload, also of an earlier version (missing keys: defaults)."""
+        return cls(
+            replica_type=str(data.get("replica_type", "")),
+            pod=data.get("pod"),
+            index=data.get("index"),
+            container=data.get("container"),
+            exit_code=data.get("exit_code"),
+            reason=str(data.get("reason") or ""),
+            message=str(data.get("message") or ""),
+            restarts=int(data.get("restarts") or 0),
+            **{key: data[key] for key in _OPTIONAL_FAILURE_KEYS if data.get(key) is not None},
+        )
+
+    @property
+    def where(self) -> str:
+        """``worker-1``, or the replica type alone when the index is unknown."""
+        return self.replica_type if self.index is None else f"{self.replica_type.lower()}-{self.index}"
+
+
 @dataclass(frozen=True)
 class ResourceRef:
     """Where a Kubernetes resource lives in the API."""
@@ -192,11 +257,12 @@ class JobKind:
     types carry different labels (EDL's master and pserver pods): "all replicas" is the union.
     ``owns_pod(job_name, pod)`` filters pods a selector cannot tell apart (legacy MxJob pods carry no job
     name); generic code drops pods for which it is false. ``failed_replicas(job)`` lists the failing replicas
-    the job's own status records (T9k keeps exit codes there even after its pods are gone), in the dict shape
-    of ``diagnostics.replica_failures``. ``failures_in_events(job_name, events)`` reads the same from the
-    job's own events (the Kubeflow operator records each replica's exit code there, which outlives pods
-    deleted by ``cleanPodPolicy``). ``suspend_patch(suspend)`` is the merge patch that suspends
-    (``True``) or resumes (``False``) a job of this kind, ``None`` for kinds that cannot be suspended.
+    the job's own status records (T9k keeps exit codes there even after its pods are gone), as
+    :class:`ReplicaFailure` values like ``diagnostics.replica_failures``. ``failures_in_events(job_name,
+    events)`` reads the same from the job's own events (the Kubeflow operator records each replica's exit code
+    there, which outlives pods deleted by ``cleanPodPolicy``). ``suspend_patch(suspend)`` is the merge patch
+    that suspends (``True``) or resumes (``False``) a job of this kind, ``None`` for kinds that cannot be
+    suspended.
 
     ``pod_watch_selectors`` are label selectors without a job name that the watch hub sends the server, so
     that it lists and caches the pods of this kind's jobs and not every pod of the namespace: between them
@@ -220,8 +286,8 @@ class JobKind:
     check_target: Callable[[RawObject, JobState], str | None] = lambda job, target: None
     extra_pod_selectors: Callable[[str], tuple[str, ...]] = lambda job_name: ()
     owns_pod: Callable[[str, RawObject], bool] = lambda job_name, pod: True
-    failed_replicas: Callable[[RawObject], list[dict[str, Any]]] = lambda job: []
-    failures_in_events: Callable[[str, Sequence[RawObject]], list[dict[str, Any]]] = lambda name, events: []
+    failed_replicas: Callable[[RawObject], list[ReplicaFailure]] = lambda job: []
+    failures_in_events: Callable[[str, Sequence[RawObject]], list[ReplicaFailure]] = lambda name, events: []
     suspend_patch: Callable[[bool], dict[str, Any] | None] = lambda suspend: None
     deciding_replicas: tuple[str, ...] = ()
     pod_watch_selectors: tuple[str, ...] = ()

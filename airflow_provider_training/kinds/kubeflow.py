@@ -32,6 +32,7 @@ from airflow_provider_training.kinds.base import (
     JobState,
     JobStatus,
     RawObject,
+    ReplicaFailure,
     ReplicaPod,
     ResourceRef,
     parse_time,
@@ -217,11 +218,11 @@ _ABNORMAL = re.compile(
 )
 
 
-def failures_in_events(layout: Layout, job_name: str, events: Sequence[RawObject]) -> list[dict[str, Any]]:
+def failures_in_events(layout: Layout, job_name: str, events: Sequence[RawObject]) -> list[ReplicaFailure]:
     """Failing replicas the job's events name (``ExitedWithCode``, the abnormal-pod warnings of crashed or
     back-off waiting containers): per pod the newest with an exit code, else the newest without (exit code
     ``None``). The replica type and index come from the pod name ``<job>-<type>-<index>``."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, ReplicaFailure] = {}
     for event in events:
         text = str(event.get("message") or "")
         match = _ABNORMAL.match(text) or _EXITED.match(text)
@@ -230,20 +231,19 @@ def failures_in_events(layout: Layout, job_name: str, events: Sequence[RawObject
             continue
         groups = match.groupdict()
         pod = groups["pod"]
-        if code is None and (found.get(pod) or {}).get("exit_code") is not None:
+        if code is None and pod in found and found[pod].exit_code is not None:
             continue  # a back-off after the crash whose exit code is known
         replica_type, index = _replica_of_name(layout, job_name, pod)
-        found[pod] = {
-            "pod": pod,
-            "replica_type": replica_type,
-            "index": index,
-            "container": groups.get("container") or layout.default_container,
-            "exit_code": code,
-            "reason": str(event.get("reason") or "") if "container" in groups else "",
-            "message": (groups.get("message") or "").strip(),
-            "restarts": 0,
-            "source": "events",
-        }
+        found[pod] = ReplicaFailure(
+            pod=pod,
+            replica_type=replica_type,
+            index=index,
+            container=groups.get("container") or layout.default_container,
+            exit_code=code,
+            reason=str(event.get("reason") or "") if "container" in groups else "",
+            message=(groups.get("message") or "").strip(),
+            source="events",
+        )
     return list(found.values())
 
 

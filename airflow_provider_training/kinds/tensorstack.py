@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from airflow_provider_training.kinds.base import (
@@ -25,6 +26,7 @@ from airflow_provider_training.kinds.base import (
     JobStatus,
     RawObject,
     ReplicaCounts,
+    ReplicaFailure,
     ReplicaPod,
     ResourceRef,
     parse_time,
@@ -150,28 +152,32 @@ def _index(pod_name: str) -> int | None:
     return int(match["index"]) if match else None
 
 
-def failed_replicas(job: RawObject) -> list[dict[str, Any]]:
+def failed_replicas(job: RawObject) -> list[ReplicaFailure]:
     """Each replica the status records as failing: a container with a non-zero ``exitCode``, or a Failed pod
-    without one. Same keys as ``diagnostics.replica_failures``."""
-    failures: list[dict[str, Any]] = []
+    without one."""
+    failures: list[ReplicaFailure] = []
     for task in _tasks(job):
         type_ = str(task.get("type", ""))
         for entry in task_replicas(task):
             name = str(entry.get("name", ""))
+            replica = partial(
+                ReplicaFailure,
+                type_,
+                pod=name,
+                index=_index(name),
+                restarts=int(task.get("restartCount") or 0),
+            )
             failing = [c for c in entry.get("containers") or [] if c.get("exitCode") not in (None, 0)]
-            base = {"pod": name, "replica_type": type_, "index": _index(name), "message": ""}
-            base["restarts"] = int(task.get("restartCount") or 0)
             for container in failing:
                 failures.append(
-                    {
-                        **base,
-                        "container": container.get("name"),
-                        "exit_code": int(container["exitCode"]),
-                        "reason": str(container.get("state") or ""),
-                    }
+                    replica(
+                        container=container.get("name"),
+                        exit_code=int(container["exitCode"]),
+                        reason=str(container.get("state") or ""),
+                    )
                 )
             if not failing and entry.get("phase") == "Failed":
-                failures.append({**base, "container": None, "exit_code": None, "reason": "Failed"})
+                failures.append(replica(reason="Failed"))
     return failures
 
 
@@ -211,11 +217,9 @@ def aggregate_counts(aggregate: Mapping[str, Any], desired: int | None) -> Repli
     )
 
 
-def _failure_summary(failures: Iterable[Mapping[str, Any]]) -> str:
+def _failure_summary(failures: Iterable[ReplicaFailure]) -> str:
     parts = [
-        f"{f['pod']} ({f['container']}) exit code {f['exit_code']}"
-        if f["exit_code"] is not None
-        else f"{f['pod']} failed"
+        f"{f.pod} ({f.container}) exit code {f.exit_code}" if f.exit_code is not None else f"{f.pod} failed"
         for f in failures
     ]
     return f"; failing replicas: {', '.join(parts)}" if parts else ""

@@ -70,6 +70,23 @@ def test_one_private_loop_and_client_per_hook(thread_kube, sync_hook):
     assert "training-hook-kubernetes_default" not in {t.name for t in threading.enumerate()}
 
 
+def test_run_runs_async_work_on_the_hooks_own_loop_and_client(thread_kube, sync_hook):
+    created = sync_hook.create_job(PYTORCH, job_body("ran", {"k": "v"}), "default")
+
+    async def read_back() -> tuple[str, str]:
+        job = await sync_hook.async_hook.get_job(PYTORCH, "ran", "default")
+        return job["metadata"]["uid"], threading.current_thread().name
+
+    assert sync_hook.run(read_back()) == (created["metadata"]["uid"], "training-hook-kubernetes_default")
+
+    async def fails() -> None:
+        await sync_hook.async_hook.get_namespace()
+        raise ValueError("raised on the loop")
+
+    with pytest.raises(ValueError, match="raised on the loop"):
+        sync_hook.run(fails())
+
+
 def test_retries_work_through_the_facade(thread_kube, sync_hook):
     thread_kube.faults.fail(503, 1, method="GET", resource="pytorchjobs")
     assert sync_hook.get_job(PYTORCH, "absent", "default") is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from airflow_provider_training import diagnostics as diag
 from airflow_provider_training.kinds.base import JobState
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.outcome import WaitEvent
+from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
 from airflow_provider_training.results import failure_message
 from tests.kinds.recorded import cond, job, replica
 
@@ -83,19 +83,23 @@ def test_failures_in_the_job_events():
             "Error pod dist-mnist-worker-1 container tensorflow waiting message: back-off 20s restarting",
         ),
     ]
-    found = {f["pod"]: f for f in TF.failures_in_events("dist-mnist", events)}
+    found = {f.pod: f for f in TF.failures_in_events("dist-mnist", events)}
     assert sorted(found) == ["dist-mnist-ps-0", "dist-mnist-worker-1"]  # exit code 0 is no failure
     worker, ps = found["dist-mnist-worker-1"], found["dist-mnist-ps-0"]
-    assert (worker["replica_type"], worker["index"], worker["exit_code"]) == ("Worker", 1, 137)
-    assert (ps["replica_type"], ps["index"], ps["exit_code"], ps["reason"], ps["message"]) == (
-        "PS",
-        0,
-        2,
-        "Error",
-        "oom",
-    )
+    assert (worker.replica_type, worker.index, worker.exit_code) == ("Worker", 1, 137)
+    assert ps.to_dict() == {  # as it goes into the wait event's payload
+        "pod": "dist-mnist-ps-0",
+        "replica_type": "PS",
+        "index": 0,
+        "container": "tensorflow",
+        "exit_code": 2,
+        "reason": "Error",
+        "message": "oom",
+        "restarts": 0,
+        "source": "events",
+    }
     waiting_only = TF.failures_in_events("dist-mnist", events[1:2])
-    assert [(f["pod"], f["exit_code"], f["reason"]) for f in waiting_only] == [
+    assert [(f.pod, f.exit_code, f.reason) for f in waiting_only] == [
         ("dist-mnist-worker-1", None, "CrashLoopBackOff")
     ]
 
@@ -103,16 +107,20 @@ def test_failures_in_the_job_events():
 def test_what_is_unknown_is_said_plainly():
     status = TF.status(TF_BACKOFF_FAILED)
     failures = diag.counted_failures(TF, status, pods=[])
+    assert failures[0].to_dict() == {  # as it goes into the wait event's payload
+        "pod": None,
+        "replica_type": "Chief",
+        "index": None,
+        "container": None,
+        "exit_code": None,
+        "reason": "",
+        "message": "exit code unknown: the pods were deleted before they could be read",
+        "restarts": 0,
+        "count": 1,
+    }
+    dist_mnist = JobRef("dist-mnist", "default", None, TF.kind, TF.api_version)
     text = failure_message(
-        WaitEvent.from_payload(
-            {
-                "status": "failed",
-                "job": {"kind": "TFJob", "namespace": "default", "name": "dist-mnist"},
-                "job_status": status.to_dict(),
-                "message": MESSAGE,
-                "replica_failures": failures,
-            }
-        )
+        WaitEvent(Outcome.FAILED, dist_mnist, MESSAGE, status.to_dict(), replica_failures=failures)
     )
     assert "  Worker: 3 failed, exit code unknown: the pods were deleted before they could be read" in text
     assert "  Chief: 1 failed, exit code unknown: the pods were deleted before they could be read" in text

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from localkube.selectors import labels_match, parse_label_selector
 
-from airflow_provider_training.kinds import JobState, get_kind
+from airflow_provider_training.kinds import JobState, ReplicaFailure, get_kind
 from airflow_provider_training.kinds.common import OPERATOR_NOT_RUNNING
 from airflow_provider_training.kinds.tensorstack import pod_names, read_status
 
@@ -223,18 +223,25 @@ def test_pod_names_from_tasks_with_the_documented_fallbacks():
 
 def test_failed_replicas_from_the_status():
     kind = get_kind("PyTorchTrainingJob")
-    assert kind.failed_replicas(FAILED) == [
-        {
-            "pod": "job-sample-8961e-worker-0",
-            "replica_type": "worker",
-            "index": 0,
-            "message": "",
-            "restarts": 0,
-            "container": "pytorch",
-            "exit_code": 127,
-            "reason": "Terminated",
-        }
-    ]
+    [failure] = kind.failed_replicas(FAILED)
+    assert failure == ReplicaFailure(
+        "worker",
+        pod="job-sample-8961e-worker-0",
+        index=0,
+        container="pytorch",
+        exit_code=127,
+        reason="Terminated",
+    )
+    assert failure.to_dict() == {  # as it goes into the wait event's payload
+        "pod": "job-sample-8961e-worker-0",
+        "replica_type": "worker",
+        "index": 0,
+        "container": "pytorch",
+        "exit_code": 127,
+        "reason": "Terminated",
+        "message": "",
+        "restarts": 0,
+    }
     assert kind.failed_replicas(SUCCEEDED) == []
 
 

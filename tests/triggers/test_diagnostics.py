@@ -9,6 +9,17 @@ from airflow_provider_training.outcome import WaitEvent
 from airflow_provider_training.results import build_result, failure_message
 
 PYTORCH = get_kind("PyTorchJob")
+# The payload form of a failed master replica, as diagnostics.replica_failures reads it.
+MASTER_FAILED = {
+    "pod": "j-master-0",
+    "replica_type": "Master",
+    "index": 0,
+    "container": "pytorch",
+    "exit_code": 3,
+    "reason": "Error",
+    "message": "",
+    "restarts": 0,
+}
 
 
 def pod(name, rtype, index, *, phase="Running", statuses=(), conditions=()):
@@ -56,14 +67,14 @@ def test_stuck_reasons():
 
 def test_replica_failures_use_the_current_or_previous_run():
     ended = pod(
-        "job-master-0",
+        "j-master-0",
         "master",
         0,
         phase="Failed",
         statuses=[{"name": "pytorch", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}],
     )
     crashlooping = pod(
-        "job-worker-0",
+        "j-worker-0",
         "worker",
         0,
         statuses=[
@@ -76,18 +87,19 @@ def test_replica_failures_use_the_current_or_previous_run():
         ],
     )
     fine = pod(
-        "job-worker-1",
+        "j-worker-1",
         "worker",
         1,
         phase="Succeeded",
         statuses=[{"name": "pytorch", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
     )
     failures = diag.replica_failures(PYTORCH, [ended, crashlooping, fine])
-    assert [(f["pod"], f["replica_type"], f["exit_code"], f["reason"]) for f in failures] == [
-        ("job-master-0", "Master", 3, "Error"),
-        ("job-worker-0", "Worker", 137, "OOMKilled"),
+    assert [(f.pod, f.replica_type, f.exit_code, f.reason) for f in failures] == [
+        ("j-master-0", "Master", 3, "Error"),
+        ("j-worker-0", "Worker", 137, "OOMKilled"),
     ]
-    assert failures[1]["restarts"] == 4
+    assert failures[1].restarts == 4
+    assert failures[0].to_dict() == MASTER_FAILED  # as it goes into the wait event's payload
 
 
 def test_warning_events_are_recent_warnings_oldest_first():
@@ -138,18 +150,7 @@ def test_failure_message_and_result():
         "job_status": JobStatus(JobState.FAILED, "PyTorchJobFailed", "1 Master replica(s) failed.").to_dict(),
         "message": "1 Master replica(s) failed.",
         "pods": ["j-master-0"],
-        "replica_failures": [
-            {
-                "pod": "j-master-0",
-                "replica_type": "Master",
-                "index": 0,
-                "container": "pytorch",
-                "exit_code": 3,
-                "reason": "Error",
-                "message": "",
-                "restarts": 0,
-            }
-        ],
+        "replica_failures": [MASTER_FAILED],
         "log_tail": {"j-master-0": ["step 1", "ValueError: bad batch"]},
         "events": [{"object": "Pod/j-master-0", "reason": "BackOff", "message": "restarting", "count": 1}],
     }

@@ -73,7 +73,20 @@ async def test_backoff_limit_hit_and_pods_deleted_before_the_trigger_attached(cl
     # The operator recorded the worker's back-off, not its exit code (the container was already waiting
     # again when it looked): the replica is named, and what is unknown is said plainly.
     [worker] = event["replica_failures"]
-    assert (worker["pod"], worker["replica_type"], worker["index"]) == ("backoff-gone-worker-0", "Worker", 0)
+    assert worker["message"].startswith("back-off ")
+    # Read from the job's events, with the waiter's findings added: every key of the payload's shape.
+    assert {key: value for key, value in worker.items() if key != "message"} == {
+        "pod": "backoff-gone-worker-0",
+        "replica_type": "Worker",
+        "index": 0,
+        "container": "tensorflow",
+        "exit_code": None,
+        "reason": "CrashLoopBackOff",
+        "restarts": 0,
+        "source": "events",
+        "log": "the pod was deleted before its log could be read",
+        "exit_code_unknown": "the pod was deleted before it could be read",
+    }
     text = failure_message(WaitEvent.from_payload(event))
     assert (
         "worker-0 (pod backoff-gone-worker-0, container tensorflow): "
