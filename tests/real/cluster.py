@@ -233,9 +233,7 @@ class RealCluster:
             [
                 str(self.bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig}",
-                # The agent writes its Node's status once and renews no Lease: the node lifecycle controller
-                # would mark it NotReady after 40 s and evict its pods.
-                "--controllers=*,-node-lifecycle-controller",
+                "--controllers=*",
                 f"--service-account-private-key-file={self.certs['sa_key']}",
                 f"--root-ca-file={self.certs['ca']}",
                 "--bind-address=127.0.0.1",
