@@ -6,23 +6,20 @@ endpoint (there is no other way to them)."""
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
-from pathlib import Path
 
 import pytest
 import yaml
-from localkube.pytest_plugin import connection_json
 
 from airflow_provider_training.operators import PyTorchJobOperator
 from airflow_provider_training.results import TrainingJobError
 from tests.operators.harness import KIND_BY_NAME, MODES, make_context, manifest, run_operator
 from tests.real.cluster import RealCluster
+from tests.real.conftest import documented_rbac
 
 pytestmark = pytest.mark.timeout(180)
 PYTORCH = KIND_BY_NAME["PyTorchJob"]
 SCRIPT = {"default": {"duration": 0.5, "logs": ["epoch 1 loss 0.5", "{type}-{index} saved model"]}}
-RBAC_DOC = Path(__file__).resolve().parents[2] / "docs" / "rbac.md"
 
 
 def operator(name: str, script=SCRIPT, namespace: str = "default") -> PyTorchJobOperator:
@@ -70,46 +67,6 @@ def test_failure_names_the_replica_and_its_exit_code(real_cluster, admin_conn, m
 
 
 # -- RBAC: exactly the Role of docs/rbac.md ------------------------------------------------------------------
-
-
-def documented_rbac() -> list[dict]:
-    """The Role and RoleBinding of docs/rbac.md, parsed from its YAML code block."""
-    blocks = re.findall(r"```yaml\n(.*?)```", RBAC_DOC.read_text(), re.S)
-    documents = [d for block in blocks for d in yaml.safe_load_all(block) if d]
-    kinds = [d["kind"] for d in documents]
-    assert kinds == ["Role", "RoleBinding"], kinds
-    return documents
-
-
-@pytest.fixture(scope="module")
-def service_account_kubeconfig(real_cluster: RealCluster) -> Path:
-    """A kubeconfig for the documented ServiceAccount, bound to exactly the documented Role."""
-    role, binding = documented_rbac()
-    namespace = role["metadata"]["namespace"]
-    (subject,) = binding["subjects"]
-    for name in {namespace, subject["namespace"]}:
-        real_cluster.create_namespace(name)
-    real_cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": subject["name"], "namespace": subject["namespace"]},
-        }
-    )
-    real_cluster.apply(role)
-    real_cluster.apply(binding)
-    token = real_cluster.service_account_token(subject["namespace"], subject["name"])
-    user = f"system:serviceaccount:{subject['namespace']}:{subject['name']}"
-    return real_cluster.kubeconfig_for(user, token)
-
-
-@pytest.fixture
-def sa_conn(service_account_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    namespace = documented_rbac()[0]["metadata"]["namespace"]
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(service_account_kubeconfig, namespace)
-    )
-    return namespace
 
 
 def test_the_service_account_has_only_what_the_role_grants(real_cluster, service_account_kubeconfig):
