@@ -120,3 +120,35 @@ def test_startup_timeout_when_pods_never_schedule(real_cluster, admin_conn):
     assert failure.value.status == "timeout"
     assert "Unschedulable" in str(failure.value)
     real_cluster.wait_for(lambda: job(real_cluster, "real-stuck") is None, 60)
+
+
+class WorkerDiesBeforeDefer(PyTorchJobOperator):
+    """The first try: the job is created, then the worker is lost before the task defers."""
+
+    def defer(self, **kwargs):
+        raise RuntimeError("worker lost")
+
+
+@pytest.mark.parametrize("store", ["state store", "store cleared"])
+def test_a_retry_reattaches_to_the_job_of_the_first_try(real_cluster, admin_conn, store):
+    from airflow_provider_training.submission import STATE_KEY
+
+    name = f"real-retry-{store[:5]}"
+    job = manifest(PYTORCH, {"default": {"duration": 2}}, name=name)
+    first = make_context()
+    with pytest.raises(RuntimeError, match="worker lost"):
+        WorkerDiesBeforeDefer(task_id="train", job=job, deferrable=True, check_interval=0.2).execute(first)
+    created = job_of(real_cluster, name)
+    if store == "store cleared":  # the identity labels, listed by selector, still find it
+        first["task_state_store"].delete(STATE_KEY)
+    retry = make_context(run_id=first["run_id"], store=first["task_state_store"], try_number=2)
+
+    result = run_operator(operator(name, {"default": {"duration": 2}}), retry, "deferrable")
+
+    assert result["state"] == "Succeeded" and result["uid"] == created["metadata"]["uid"]
+
+
+def job_of(cluster: RealCluster, name: str) -> dict:
+    found = job(cluster, name)
+    assert found is not None
+    return found
