@@ -18,6 +18,14 @@ from tests.real.cluster import RealCluster
 RBAC_DOC = Path(__file__).resolve().parents[2] / "docs" / "rbac.md"
 
 
+SUMMARY: list[str] = []  # what the session's cluster was, for the terminal summary
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in SUMMARY:
+        terminalreporter.write_line(line)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
@@ -34,9 +42,9 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
     bin_dir = Path(os.environ["REALKUBE_BIN"])
     cluster = RealCluster(bin_dir=bin_dir, directory=tmp_path_factory.mktemp("realkube"), crd_dir=CRDS)
     cluster.start()
-    print(
-        f"\nreal cluster {cluster.version} at {cluster.url}; CRDs installed: {len(cluster.crds_installed)}; "
-        f"dropped: {cluster.crds_dropped or 'none'}"
+    SUMMARY.append(
+        f"real cluster {cluster.version} at {cluster.url}: "
+        f"CRDs installed {', '.join(cluster.crds_installed)}; not installed: {cluster.crds_dropped or 'none'}; component logs in {cluster.directory}"
     )
     try:
         yield cluster
