@@ -44,7 +44,8 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
     cluster.start()
     SUMMARY.append(
         f"real cluster {cluster.version} at {cluster.url}: "
-        f"CRDs installed {', '.join(cluster.crds_installed)}; not installed: {cluster.crds_dropped or 'none'}; component logs in {cluster.directory}"
+        f"CRDs installed {', '.join(cluster.crds_installed)}; "
+        f"not installed: {cluster.crds_dropped or 'none'}; component logs in {cluster.directory}"
     )
     try:
         yield cluster
