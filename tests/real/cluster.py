@@ -130,8 +130,10 @@ class RealCluster:
             self._start_etcd()
             self._start_apiserver()
             self._wait_ready()
-            self._start_controller_manager()
+            # CRDs first: the garbage collector discovers resource types at start, then only every 30 s, and
+            # a foreground deletion of a kind it does not know yet waits for that.
             self.install_crds()
+            self._start_controller_manager()
             self._start_agent()
             self.wait_for(lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), 60)
         except BaseException:

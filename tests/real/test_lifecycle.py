@@ -5,9 +5,11 @@ removes, pods recreated under the same name after a restart, merge patches of cu
 
 from __future__ import annotations
 
+import asyncio
 import urllib.error
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_provider_training.operators import (
     PyTorchJobOperator,
@@ -68,6 +70,17 @@ def test_on_kill_deletes_the_job_and_the_garbage_collector_its_pods(real_cluster
     assert outcome["error"].status == "deleted"
     real_cluster.wait_for(lambda: job(real_cluster, "real-kill") is None, 60)
     real_cluster.wait_for(lambda: not pods(real_cluster, "real-kill"), 60)
+
+
+def test_on_kill_of_a_deferred_task_is_the_triggers(real_cluster, admin_conn):
+    with pytest.raises(TaskDeferred) as deferred:
+        operator("real-kill-deferred", FOREVER, deferrable=True).execute(make_context())
+    real_cluster.wait_for(lambda: running(real_cluster, "real-kill-deferred"), 60)
+
+    asyncio.run(deferred.value.trigger.on_kill())
+
+    real_cluster.wait_for(lambda: job(real_cluster, "real-kill-deferred") is None, 60)
+    real_cluster.wait_for(lambda: not pods(real_cluster, "real-kill-deferred"), 60)
 
 
 def test_on_finish_action_delete(real_cluster, admin_conn):
