@@ -245,7 +245,7 @@ class RealCluster:
         )
 
     def _start_agent(self) -> None:
-        agent = self._spawn(
+        self._spawn(
             "agent",
             [
                 sys.executable,
@@ -258,7 +258,6 @@ class RealCluster:
             ],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        del agent
         self.wait_for(lambda: "localkube agent node" in self.log_tail("agent", 200), 60)
 
     # -- CRDs --------------------------------------------------------------------------------------------
