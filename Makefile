@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean ui-install ui-test ui-build chromium
+.PHONY: demo test test-real lint bench clean ui-install ui-test ui-build chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ chromium:
 # The tab's vitest tests first (seconds), then pytest (the bundle check and the browser test included).
 test: $(STAMP) ui-test chromium
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# tests/real against a real control plane: etcd, kube-apiserver and kube-controller-manager built from Go
+# modules by scripts/realkube/build.sh (cached by version under ~/.cache/airflow-provider-training/k8s; see
+# docs/testing.md for the first build's time), localkube's agent as the operators and the kubelet.
+test-real: $(STAMP)
+	bin=$$(nice -n 10 scripts/realkube/build.sh) && \
+	REALKUBE_BIN=$$bin $(BIN)/python -m pytest -q -p no:cacheprovider tests/real $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_provider_training localkube tests benchmarks example_dags scripts

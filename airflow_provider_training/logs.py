@@ -528,7 +528,10 @@ class ReplicaLogStreamer:
                 timestamps=True,
             )
         except Exception as err:
-            pod.unread = _unreadable(err)
+            # After a follow that ended with the container (unread None) nothing is missing: a failed extra
+            # read, e.g. a 400 once the name belongs to the pod's next incarnation, loses no line.
+            if pod.unread is not None:
+                pod.unread = _unreadable(err)
             if not _retry_later(err):
                 raise
             return

@@ -112,6 +112,24 @@ def set_state(cluster: LocalKube, name: str, phase: str, state: str, **kw) -> No
     set_pod_state(cluster, cluster.store.get(rtype(cluster, PODS), "default", name), phase, state, **kw)
 
 
+def recreate_master(cluster: LocalKube, name: str, **kw) -> None:
+    """The master pod deleted and created again under its name, as operators do (``kw``: add_pod's)."""
+    cluster.store.delete(rtype(cluster, PODS), "default", name)
+    cluster.logs.forget_pod("default", name)
+    add_pod(cluster, "Master", 0, **kw)
+
+
+async def following_master(
+    cluster: LocalKube, hook: AsyncTrainingJobHook, line: str
+) -> tuple[str, Streaming]:
+    """A running master pod that wrote ``line``, and a streamer that emitted it."""
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, line + "\n")
+    run = Streaming(hook)
+    await run.wait_for(1)
+    return master, run
+
+
 def log_requests(cluster: LocalKube, pod: str) -> list:
     return [r for r in requests_to(cluster, "pods") if r.path.endswith(f"/{pod}/log")]
 
@@ -225,19 +243,41 @@ async def test_restart_while_disconnected_reads_the_previous_instance_first(env)
 
 
 async def test_a_pod_recreated_under_the_same_name_is_followed_again(env):
-    cluster, hook = env
-    master = add_pod(cluster, "Master", 0)
-    cluster.logs.write("default", master, C, "old incarnation\n")
-    run = Streaming(hook)
-    await run.wait_for(1)
+    cluster = env[0]
+    master, run = await following_master(*env, "old incarnation")
     cluster.logs.close_container("default", master, C)
-    cluster.store.delete(rtype(cluster, PODS), "default", master)
-    cluster.logs.forget_pod("default", master)
-    add_pod(cluster, "Master", 0)
+    recreate_master(cluster, master)
     cluster.logs.write("default", master, C, "new incarnation\n")
     await run.wait_for(2)
     assert await run.stop() == ["[master-0] old incarnation", "[master-0] new incarnation"]
     assert run.streamer.tail(master) == ["old incarnation", "new incarnation"]
+
+
+async def test_a_failed_read_after_a_complete_stream_is_no_gap(env):
+    # Seen on a real kube-apiserver: a replica fails, its follow ends with the container, and the final read
+    # reaches the server once the operator has recreated the pod under the same name (graceful deletion
+    # takes a moment there): 400, its container is waiting. Every line was read; no note may say otherwise.
+    cluster = env[0]
+    master, run = await following_master(*env, "killed")
+    held = cluster.faults.hold("final-read", method="GET", path=f"/{master}/log$")
+    cluster.logs.close_container("default", master, C)
+    set_state(cluster, master, "Failed", "terminated", exit_code=137)
+    assert await asyncio.to_thread(held.wait_reached, 30)
+    recreate_master(cluster, master, phase="Pending", state="waiting")
+    held.open()
+    await until(lambda: any(r.status == 400 for r in log_requests(cluster, master)))
+    cluster.logs.start_container("default", master, C)
+    set_state(cluster, master, "Running", "running")
+    cluster.logs.write("default", master, C, "again\n")
+    await run.wait_for(2)
+    cluster.logs.close_container("default", master, C)
+    set_state(cluster, master, "Succeeded", "terminated")
+
+    gaps = await run.streamer.stop()
+
+    await run.task
+    assert run.lines == ["[master-0] killed", "[master-0] again"]
+    assert gaps == []
 
 
 async def test_tail_keeps_the_last_lines_per_pod(env):

@@ -78,6 +78,17 @@ async def test_the_agent_registers_a_ready_node(agent: Agent, core: client.CoreV
     assert agent.kubelet_url == f"https://127.0.0.1:{agent.kubelet_port}"
 
 
+async def test_the_agent_posts_its_nodes_status_as_a_heartbeat(kube: LocalKube, kubeconfig: Path) -> None:
+    async with Agent(kubeconfig, runtime="scripted", node_name=NODE, heartbeat_seconds=0.05):
+        first = kube.store.get(NODES, "", NODE)["metadata"]["resourceVersion"]
+        await asyncio.sleep(1.2)  # timestamps have whole seconds: a second beat later shows a later one
+        node = kube.store.get(NODES, "", NODE)
+
+    (ready,) = node["status"]["conditions"]
+    assert node["metadata"]["resourceVersion"] != first
+    assert ready["status"] == "True" and ready["lastHeartbeatTime"] > ready["lastTransitionTime"]
+
+
 async def test_binding_sets_the_node_once(kube: LocalKube, kubeconfig: Path) -> None:
     kube.store.create(PODS, "default", bare_pod("to-bind"))
     api = RemoteApi.from_kubeconfig(kubeconfig, [PODS])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from kubernetes import client
 from test_controller_support import (
     MPI_TENSORFLOW_MNIST,
     MXNET_DIST,
@@ -217,6 +218,14 @@ def test_mpijob_launcher_workers_and_hostfile(kc: KubeClient) -> None:
     )
     assert config_map.metadata.labels == {"app": "tensorflow-mnist"}
     assert kc.core.list_namespaced_service("default").items == []
+    # the launcher's identity, without which a real API server refuses the launcher pod
+    account = kc.core.read_namespaced_service_account("tensorflow-mnist-launcher", "default")
+    assert launcher.spec.service_account_name == account.metadata.name
+    rbac = client.RbacAuthorizationV1Api(kc.core.api_client)
+    role = rbac.read_namespaced_role("tensorflow-mnist-launcher", "default")
+    assert role.rules[1].resource_names == ["tensorflow-mnist-worker-0", "tensorflow-mnist-worker-1"]
+    binding = rbac.read_namespaced_role_binding("tensorflow-mnist-launcher", "default")
+    assert (binding.subjects[0].name, binding.role_ref.name) == (account.metadata.name, role.metadata.name)
     reasons = kc.reasons("tensorflow-mnist-worker-0")
     assert "Started" in reasons
 

@@ -39,6 +39,9 @@ from localkube.store import ApiError, now_rfc3339
 log = logging.getLogger(__name__)
 
 DEFAULT_NODE = "localkube-agent"
+# How often the kubelet posts its Node's status (a real kubelet: --node-status-update-frequency, 10 s): a
+# kube-controller-manager's node lifecycle controller marks a node silent for 40-50 s NotReady and evicts.
+HEARTBEAT_SECONDS = 10.0
 # What the kubelet and every controller read besides the controllers' own custom resources.
 BASE_TYPES: tuple[ResourceType, ...] = (PODS, SERVICES, CONFIGMAPS, SECRETS, EVENTS, BATCH_JOBS, REPLICASETS)
 
@@ -61,12 +64,15 @@ class Agent:
         address: str = "127.0.0.1",
         kubelet_port: int = 0,
         context: str | None = None,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
     ) -> None:
         from localkube.controllers import custom_types_of
 
         self.runtime = None if runtime in (None, "none") else runtime
         self.controller_names = list(controllers)
         self.node_name, self.address, self.kubelet_port = node_name, address, kubelet_port
+        self.heartbeat_seconds = heartbeat_seconds
+        self._ready_since = ""
         types = [*BASE_TYPES, *custom_types_of(self.controller_names)]
         self.api = RemoteApi.from_kubeconfig(kubeconfig, types, context=context)
         self.logs = PodLogs()
@@ -99,6 +105,17 @@ class Agent:
             self.kubelet.node_name, self.kubelet.own_node_only = self.node_name, True
             workers.append(self.kubelet)
         self._tasks = [asyncio.create_task(supervise(w, self, self.task_errors)) for w in workers]
+        if self.runtime is not None:
+            self._tasks.append(asyncio.create_task(self._heartbeat()))
+
+    async def _heartbeat(self) -> None:
+        """Post the Node's status every `heartbeat_seconds`, Ready since registration, as a kubelet does."""
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds)
+            try:
+                self.api.update_status(NODES, "", self.node_name, self._node_status())
+            except Exception as exc:  # the next beat tries again, as a kubelet's does
+                log.warning("localkube agent: the Node's status could not be posted: %s", exc)
 
     async def _serve_kubelet(self) -> None:
         from localkube.kubeletapi import kubelet_app, serving_context
@@ -129,6 +146,7 @@ class Agent:
 
     def _node_status(self) -> dict:
         now = now_rfc3339()
+        self._ready_since = self._ready_since or now
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 1024
         resources = {"cpu": str(os.cpu_count() or 1), "memory": f"{pages}Ki", "pods": "110"}
         return {
@@ -143,7 +161,7 @@ class Agent:
                     "reason": "KubeletReady",
                     "message": f"localkube agent ({self.runtime} runtime) is posting ready status",
                     "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
+                    "lastTransitionTime": self._ready_since,
                 }
             ],
             "nodeInfo": {

@@ -2,11 +2,14 @@
 
 The launcher is a bare pod `<job>-launcher` without a replica index; workers are `<job>-worker-<i>`; a
 ConfigMap `<job>-config` carries the hostfile; no Services. An invalid job gets a Warning event only.
-The ServiceAccount/Role/RoleBinding the operator also creates are not emulated (localkube serves no RBAC).
+The launcher runs as the ServiceAccount `<job>-launcher`, which the operator creates with a Role and
+RoleBinding of that name (a real API server refuses the launcher pod without it). localkube enforces no RBAC:
+the Role is only stored.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 from localkube.controllers import conditions as cond
@@ -16,7 +19,15 @@ from localkube.controllers.kubeflow_job import (
     by_index,
     of_type,
 )
-from localkube.resources import CONFIGMAPS, PODS
+from localkube.resources import (
+    CONFIGMAPS,
+    PODS,
+    RBAC_GROUP,
+    ROLE_BINDINGS,
+    ROLES,
+    SERVICE_ACCOUNTS,
+    ResourceType,
+)
 from localkube.store import ApiError, now_rfc3339
 
 if TYPE_CHECKING:
@@ -76,6 +87,7 @@ def reconcile_replicas(rec: Reconciliation) -> None:
             if index not in existing:
                 rec.create(PODS, _worker_pod(rec, index))
         if launcher is None:
+            _launcher_identity(rec, job.replicas("Worker"))
             rec.create(PODS, _launcher_pod(rec))
             rec.record("Normal", "MPIJobRunning", f"launcher pod created success: {launcher_name}")
     if launcher is not None:
@@ -141,6 +153,46 @@ def _sync_config_map(rec: Reconciliation, workers: list[dict]) -> None:
         return
     if current.get("data") != data:
         rec.store.replace(CONFIGMAPS, job.namespace, name, {**current, "data": data})
+
+
+def _launcher_identity(rec: Reconciliation, workers: int) -> None:
+    """The launcher's ServiceAccount, and a Role and RoleBinding (all `<job>-launcher`) that let it watch pods
+    and exec into the workers, as `getOrCreateLauncherServiceAccount`/`Role`/`getLauncherRoleBinding` do."""
+    job = rec.job
+    name = f"{job.name}-launcher"
+    meta: dict[str, Any] = {"name": name, "namespace": job.namespace, "labels": {"app": job.name}}
+    meta["ownerReferences"] = [job.owner_reference()]
+    workers_names = [f"{job.name}-worker-{i}" for i in range(workers)]
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"], "resourceNames": workers_names},
+    ]
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": job.namespace}
+    role_ref = {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name}
+    rbac = f"{RBAC_GROUP}/v1"
+    for rt, obj in (
+        (SERVICE_ACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
+        (ROLES, {"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": rules}),
+        (
+            ROLE_BINDINGS,
+            {
+                "apiVersion": rbac,
+                "kind": "RoleBinding",
+                "metadata": meta,
+                "subjects": [subject],
+                "roleRef": role_ref,
+            },
+        ),
+    ):
+        _create_once(rec, rt, obj)
+
+
+def _create_once(rec: Reconciliation, rt: ResourceType, obj: dict) -> None:
+    try:
+        rec.store.create(rt, rec.job.namespace, copy.deepcopy(obj))
+    except ApiError as exc:
+        if exc.code != 409:
+            raise
 
 
 def _mpi_pod(rec: Reconciliation, rtype: str, index: int | None, name: str) -> tuple[dict, dict]:

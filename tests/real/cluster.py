@@ -1,0 +1,379 @@
+"""A real Kubernetes control plane on 127.0.0.1 for the tests in tests/real.
+
+etcd, kube-apiserver (RBAC, token authentication, service-account tokens) and kube-controller-manager (garbage
+collection, Jobs, ReplicaSets, service accounts) from the binaries scripts/realkube/build.sh builds, plus
+``localkube agent`` as the training operators and the kubelet (it binds pods itself: no kube-scheduler).
+Everything listens on free ports of 127.0.0.1 and lives in one directory; ``stop()`` ends the processes it
+started.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import logging
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+log = logging.getLogger(__name__)
+
+ADMIN = "admin"
+# Two CRDs of one name cannot both be installed: the Kubeflow v1 MPIJob is the one the provider drives.
+SKIPPED_CRDS = {"kubeflow.org-v2beta1/mpijobs.yaml": "same name as kubeflow.org-v1/mpijobs.yaml"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pem(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def _certificate(
+    subject: str, key: rsa.RSAPrivateKey, issuer: x509.Name | None, signer: rsa.RSAPrivateKey
+) -> x509.Certificate:
+    """A certificate for ``subject``: a CA when self-signed (``issuer`` None), else a serving certificate for
+    127.0.0.1 and localhost."""
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer or name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+    )
+    if issuer is None:
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    else:
+        addresses = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        builder = builder.add_extension(x509.SubjectAlternativeName(addresses), critical=False)
+    return builder.sign(signer, hashes.SHA256())
+
+
+def write_certificates(directory: Path) -> dict[str, Path]:
+    """A CA, the API server's serving certificate signed by it, and the service-account key pair."""
+    ca_key, key = (rsa.generate_private_key(public_exponent=65537, key_size=2048) for _ in range(2))
+    ca = _certificate("realkube-ca", ca_key, None, ca_key)
+    serving = _certificate("kube-apiserver", key, ca.subject, ca_key)
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    paths = {
+        "ca": directory / "ca.crt",
+        "cert": directory / "apiserver.crt",
+        "key": directory / "apiserver.key",
+        "sa_key": directory / "sa.key",
+        "sa_pub": directory / "sa.pub",
+    }
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(serving.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(_pem(key))
+    paths["sa_key"].write_bytes(_pem(sa_key))
+    paths["sa_pub"].write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return paths
+
+
+@dataclass
+class RealCluster:
+    """The control plane and the agent. ``start()``, then ``kubeconfig`` (cluster admin), ``kubeconfig_for``
+    (another token), ``request`` (the API as admin); ``stop()``."""
+
+    bin_dir: Path
+    directory: Path
+    crd_dir: Path
+    # Only the operators: kube-controller-manager is the Job and ReplicaSet controller here.
+    agent_args: tuple[str, ...] = ("--runtime", "scripted", "--controllers", "kubeflow")
+    url: str = ""
+    version: str = ""
+    crds_installed: list[str] = field(default_factory=list)
+    crds_dropped: dict[str, str] = field(default_factory=dict)
+    _processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    _token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    # -- start and stop ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.certs = write_certificates(self.directory)
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._wait_ready()
+            # CRDs first: the garbage collector discovers resource types at start, then only every 30 s, and
+            # a foreground deletion of a kind it does not know yet waits for that.
+            self.install_crds()
+            self._start_controller_manager()
+            self._start_agent()
+            self.wait_for(lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), 60)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("real cluster %s up in %.1f s at %s", self.version, time.monotonic() - started, self.url)
+
+    def stop(self) -> None:
+        for name, process in reversed(list(self._processes.items())):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not stop on SIGTERM; killing it", name)
+                    process.kill()
+                    process.wait()
+        self._processes.clear()
+
+    def _spawn(self, name: str, args: list[str], **kwargs: Any) -> subprocess.Popen:
+        logfile = (self.directory / f"{name}.log").open("wb")
+        process = subprocess.Popen(args, stdout=logfile, stderr=subprocess.STDOUT, **kwargs)
+        self._processes[name] = process
+        return process
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        path = self.directory / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def _check_alive(self) -> None:
+        for name, process in self._processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                "--data-dir",
+                str(self.directory / "etcd"),
+                "--listen-client-urls",
+                self.etcd_url,
+                "--advertise-client-urls",
+                self.etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",  # a throwaway test database: no fsync keeps a busy disk out of it
+            ],
+        )
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        self.url = f"https://127.0.0.1:{port}"
+        tokens = self.directory / "tokens.csv"
+        tokens.write_text(f'{self._token},{ADMIN},{ADMIN},"system:masters"\n')
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                f"--secure-port={port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # The `kubernetes` Service's endpoints may not be loopback addresses; nothing here needs them.
+                "--endpoint-reconciler-type=none",
+                f"--tls-cert-file={self.certs['cert']}",
+                f"--tls-private-key-file={self.certs['key']}",
+                f"--client-ca-file={self.certs['ca']}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={self.certs['sa_pub']}",
+                f"--service-account-signing-key-file={self.certs['sa_key']}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+            ],
+        )
+        self.kubeconfig = self.kubeconfig_for(ADMIN, self._token)
+
+    def _wait_ready(self) -> None:
+        self.wait_for(lambda: self._ready(), 120)
+        self.version = json.loads(self.request("GET", "/version"))["gitVersion"]
+
+    def _ready(self) -> bool:
+        try:
+            return self.request("GET", "/readyz") == b"ok"
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def _start_controller_manager(self) -> None:
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--controllers=*",
+                f"--service-account-private-key-file={self.certs['sa_key']}",
+                f"--root-ca-file={self.certs['ca']}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+            ],
+        )
+
+    def _start_agent(self) -> None:
+        self._spawn(
+            "agent",
+            [
+                sys.executable,
+                "-m",
+                "localkube",
+                "agent",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                *self.agent_args,
+            ],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.wait_for(lambda: "localkube agent node" in self.log_tail("agent", 200), 60)
+
+    # -- CRDs --------------------------------------------------------------------------------------------
+
+    def install_crds(self) -> None:
+        """Every CRD under ``crd_dir``; what the server refuses is dropped and listed in ``crds_dropped``."""
+        for path in sorted(self.crd_dir.glob("*/*.yaml")):
+            rel = f"{path.parent.name}/{path.name}"
+            if rel in SKIPPED_CRDS:
+                self.crds_dropped[rel] = SKIPPED_CRDS[rel]
+                continue
+            body = yaml.safe_load(path.read_text())
+            try:
+                self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+            except urllib.error.HTTPError as err:
+                self.crds_dropped[rel] = f"{err.code}: {err.read().decode(errors='replace')[:500]}"
+                log.warning("CRD %s dropped: %s", rel, self.crds_dropped[rel])
+                continue
+            self.crds_installed.append(body["metadata"]["name"])
+        for name in self.crds_installed:
+            self.wait_for(lambda name=name: self._established(name), 60)
+
+    def _established(self, name: str) -> bool:
+        crd = json.loads(
+            self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        )
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    # -- access ------------------------------------------------------------------------------------------
+
+    def kubeconfig_for(self, user: str, token: str) -> Path:
+        path = self.directory / f"{user.replace(':', '-')}.kubeconfig"
+        ca = base64.b64encode(self.certs["ca"].read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "real", "cluster": {"server": self.url, "certificate-authority-data": ca}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "real", "context": {"cluster": "real", "user": user}}],
+            "current-context": "real",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        content_type: str = "application/json",
+    ) -> bytes:
+        """One API call (as cluster admin unless ``token``); raises urllib's HTTPError on an error status."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {token or self._token}")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        context = ssl.create_default_context(cafile=str(self.certs["ca"]))
+        with urllib.request.urlopen(req, context=context, timeout=30) as response:
+            return bytes(response.read())
+
+    def get(self, path: str) -> dict[str, Any]:
+        return dict(json.loads(self.request("GET", path)))
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self.request("GET", path)
+            return True
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return False
+            raise
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create ``manifest`` (namespaced core, rbac or custom objects) as admin."""
+        return dict(json.loads(self.request("POST", collection_path(manifest), manifest)))
+
+    def create_namespace(self, name: str) -> None:
+        try:
+            self.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+        except urllib.error.HTTPError as err:
+            if err.code != 409:
+                raise
+        self.wait_for(lambda: self._exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 60)
+
+    def service_account_token(self, namespace: str, name: str, seconds: int = 3600) -> str:
+        """A token of the ServiceAccount from the TokenRequest API (what kubelets and `kubectl create token`
+        use)."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        }
+        answer = json.loads(
+            self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body)
+        )
+        return str(answer["status"]["token"])
+
+    def wait_for(self, check: Any, timeout: float) -> Any:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self._check_alive()
+            value = check()
+            if value:
+                return value
+            time.sleep(0.1)
+        raise TimeoutError(f"condition not met within {timeout}s: {check}")
+
+
+def collection_path(manifest: dict[str, Any]) -> str:
+    """The collection URL of a namespaced object (or a Namespace)."""
+    group, _, version = manifest["apiVersion"].rpartition("/")
+    plural = manifest["kind"].lower() + "s"
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    namespace = manifest.get("metadata", {}).get("namespace")
+    return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
