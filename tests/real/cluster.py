@@ -113,6 +113,8 @@ class RealCluster:
     crd_dir: Path
     # Only the operators: kube-controller-manager is the Job and ReplicaSet controller here.
     agent_args: tuple[str, ...] = ("--runtime", "scripted", "--controllers", "kubeflow")
+    # Flags added to kube-apiserver's (a dedicated cluster's: e.g. ``--watch-cache=false``).
+    apiserver_args: tuple[str, ...] = ()
     url: str = ""
     version: str = ""
     crds_installed: list[str] = field(default_factory=list)
@@ -191,8 +193,8 @@ class RealCluster:
             ],
         )
 
-    def _start_apiserver(self) -> None:
-        port = free_port()
+    def _start_apiserver(self, port: int | None = None) -> None:
+        port = port or free_port()
         self.url = f"https://127.0.0.1:{port}"
         tokens = self.directory / "tokens.csv"
         tokens.write_text(f'{self._token},{ADMIN},{ADMIN},"system:masters"\n')
@@ -215,9 +217,39 @@ class RealCluster:
                 f"--service-account-key-file={self.certs['sa_pub']}",
                 f"--service-account-signing-key-file={self.certs['sa_key']}",
                 "--service-cluster-ip-range=10.96.0.0/16",
+                *self.apiserver_args,
             ],
         )
         self.kubeconfig = self.kubeconfig_for(ADMIN, self._token)
+
+    def restart_apiserver(self) -> float:
+        """Kill kube-apiserver (SIGKILL, a crash: SIGTERM would drain the watches for up to a minute) and
+        start it again with the same flags, port and etcd; returns once it is ready, with the seconds it was
+        down."""
+        stopped = time.monotonic()
+        process = self._processes.pop("kube-apiserver")
+        process.kill()
+        process.wait(timeout=30)
+        (self.directory / "kube-apiserver.log").rename(self.directory / f"kube-apiserver.{stopped:.0f}.log")
+        self._start_apiserver(int(self.url.rpartition(":")[2]))
+        self._wait_ready()
+        return time.monotonic() - stopped
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision, from its v3 HTTP gateway."""
+        return int(self._etcd("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (what kube-apiserver does every 5 minutes):
+        a watch from an older resourceVersion is then answered 410 Gone. Returns the revision."""
+        revision = self.etcd_revision()
+        self._etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=30) as response:
+            return dict(json.loads(response.read()))
 
     def _wait_ready(self) -> None:
         self.wait_for(lambda: self._ready(), 120)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -33,17 +35,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real)
 
 
-@pytest.fixture(scope="session")
-def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    """etcd, kube-apiserver, kube-controller-manager and ``localkube agent`` (scripted runtime, the Kubeflow
-    operator emulation), for the whole session."""
+@contextmanager
+def launch(tmp_path_factory: pytest.TempPathFactory, name: str, **options: Any) -> Iterator[RealCluster]:
+    """A real cluster (``options`` go to RealCluster: ``crd_dir``, ``apiserver_args``) until the block
+    ends."""
     if not os.environ.get("REALKUBE_BIN"):
         pytest.fail("tests/real needs REALKUBE_BIN, the binaries' directory: run them with `make test-real`")
-    bin_dir = Path(os.environ["REALKUBE_BIN"])
-    cluster = RealCluster(bin_dir=bin_dir, directory=tmp_path_factory.mktemp("realkube"), crd_dir=CRDS)
+    options.setdefault("crd_dir", CRDS)
+    cluster = RealCluster(
+        bin_dir=Path(os.environ["REALKUBE_BIN"]), directory=tmp_path_factory.mktemp(name), **options
+    )
     cluster.start()
     SUMMARY.append(
-        f"real cluster {cluster.version} at {cluster.url}: "
+        f"{name} cluster {cluster.version} at {cluster.url}: "
         f"CRDs installed {', '.join(cluster.crds_installed)}; "
         f"not installed: {cluster.crds_dropped or 'none'}; component logs in {cluster.directory}"
     )
@@ -51,6 +55,14 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """etcd, kube-apiserver, kube-controller-manager and ``localkube agent`` (scripted runtime, the Kubeflow
+    operator emulation), for the whole session."""
+    with launch(tmp_path_factory, "realkube") as cluster:
+        yield cluster
 
 
 @pytest.fixture
