@@ -1,13 +1,17 @@
 """Failure modes of a real cluster, each made to happen for real: kube-apiserver killed and started
-again while a deferred task waits, etcd compacted under the provider's watch (410 Gone), and a kind whose
-CustomResourceDefinition is not installed."""
+again while a deferred task waits, etcd compacted under the provider's watch (410 Gone), kube-apiserver's
+in-flight limit answering 429, and a kind whose CustomResourceDefinition is not installed."""
 
 from __future__ import annotations
 
 import logging
 import shutil
+import socket
+import ssl
+import urllib.error
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
@@ -26,14 +30,31 @@ JOBS = "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"
 SLOW = {"default": {"duration": 20, "logs": ["epoch 1 loss 0.5", "{type}-{index} saved model"]}}
 
 
+def pytorch_crd_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    crds = tmp_path_factory.mktemp("pytorch-crd")
+    (crds / "kubeflow.org-v1").mkdir()
+    shutil.copy(CRDS / "kubeflow.org-v1" / "pytorchjobs.yaml", crds / "kubeflow.org-v1")
+    return crds
+
+
 @pytest.fixture(scope="module")
 def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     """A second cluster: only the PyTorchJob CRD, and kube-apiserver without its watch cache, so that every
     watch is served by etcd and a compacted resourceVersion is answered 410 Gone as etcd decides."""
-    crds = tmp_path_factory.mktemp("bare-crds")
-    (crds / "kubeflow.org-v1").mkdir()
-    shutil.copy(CRDS / "kubeflow.org-v1" / "pytorchjobs.yaml", crds / "kubeflow.org-v1")
+    crds = pytorch_crd_only(tmp_path_factory)
     with launch(tmp_path_factory, "bare", crd_dir=crds, apiserver_args=("--watch-cache=false",)) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def throttled_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """A third cluster whose kube-apiserver serves one read-only and one mutating request at a time (the old
+    max-in-flight filter, API Priority and Fairness off): the next one is answered 429 with Retry-After: 1.
+    Members of system:masters (the admin, kube-controller-manager, the agent) are exempt."""
+    flags = ("--max-requests-inflight=1", "--max-mutating-requests-inflight=1")
+    flags += ("--enable-priority-and-fairness=false",)
+    crds = pytorch_crd_only(tmp_path_factory)
+    with launch(tmp_path_factory, "throttled", crd_dir=crds, apiserver_args=flags) as cluster:
         yield cluster
 
 
@@ -155,3 +176,92 @@ def test_a_kind_without_its_crd_names_the_missing_crd(bare_cluster, bare_conn):
 def json_names(cluster: RealCluster) -> set[str]:
     crds = cluster.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
     return {c["spec"]["names"]["plural"] for c in crds}
+
+
+# -- 429 ---------------------------------------------------------------------------------------------------
+
+
+def slow_reader(cluster: RealCluster, token: str) -> ssl.SSLSocket:
+    """A client that asks for ~24 MB of ConfigMaps and reads none of it: kube-apiserver's write blocks once
+    the socket buffers are full, and the request holds the only read-only in-flight slot until closed."""
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    host, _, port = cluster.url.removeprefix("https://").rpartition(":")
+    raw.connect((host, int(port)))
+    context = ssl.create_default_context(cafile=str(cluster.certs["ca"]))
+    conn = context.wrap_socket(raw, server_hostname=host)
+    request = (
+        f"GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {token}\r\nAccept: application/json\r\n\r\n"
+    )
+    conn.sendall(request.encode())
+    return conn
+
+
+def refused(cluster: RealCluster, token: str) -> str | None:
+    """The Retry-After of a 429 to a read as ``token``, or None if the read was served."""
+    try:
+        cluster.request("GET", "/api/v1/namespaces/default/pods", token=token)
+    except urllib.error.HTTPError as err:
+        if err.code == 429:
+            return str(err.headers.get("Retry-After"))
+        raise
+    return None
+
+
+def test_a_429_is_retried_after_its_retry_after(throttled_cluster, monkeypatch, caplog):
+    from localkube.pytest_plugin import connection_json
+
+    cluster = throttled_cluster
+    caplog.set_level(logging.INFO)
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "airflow", "namespace": "default"},
+        }
+    )
+    cluster.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": "airflow-admin"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "airflow", "namespace": "default"}],
+        },
+    )
+    token = cluster.service_account_token("default", "airflow")
+    user = "system:serviceaccount:default:airflow"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(cluster.kubeconfig_for(user, token))
+    )
+    for index in range(24):  # as admin (exempt from the limit)
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"big-{index}", "namespace": "default"},
+                "data": {"blob": "x" * 1_000_000},
+            }
+        )
+    hold = slow_reader(cluster, token)
+    try:
+        retry_after = cluster.wait_for(lambda: refused(cluster, token), 30)
+        assert retry_after == "1"
+        op = operator("real-throttled")
+        submitter, outcome = in_thread(lambda: op.execute(make_context()))
+        cluster.wait_for(lambda: "429" in caplog.text, 30)
+    finally:
+        hold.close()
+    submitter.join(timeout=60)
+
+    assert isinstance(outcome.get("error"), TaskDeferred), outcome  # submitted, then deferred
+    retries = [
+        r.getMessage() for r in caplog.records if "429" in r.getMessage() and "retry" in r.getMessage()
+    ]
+    assert retries and all(m.endswith("in 1.00s") for m in retries), retries
+    assert cluster.get(f"{JOBS}/real-throttled")["metadata"]["name"] == "real-throttled"
