@@ -227,11 +227,13 @@ class RealCluster:
         start it again with the same flags, port and etcd; returns once it is ready, with the seconds it was
         down."""
         stopped = time.monotonic()
+        order = list(self._processes)  # stop() ends them in reverse: kube-apiserver after its clients
         process = self._processes.pop("kube-apiserver")
         process.kill()
         process.wait(timeout=30)
         (self.directory / "kube-apiserver.log").rename(self.directory / f"kube-apiserver.{stopped:.0f}.log")
         self._start_apiserver(int(self.url.rpartition(":")[2]))
+        self._processes = {name: self._processes[name] for name in order}
         self._wait_ready()
         return time.monotonic() - stopped
 

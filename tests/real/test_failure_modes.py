@@ -98,7 +98,7 @@ def jobs_named(cluster: RealCluster, prefix: str) -> list[dict]:
 
 
 def test_a_deferred_wait_rides_out_an_api_server_restart(real_cluster, admin_conn, capsys):
-    name = "real-restart"
+    name = "real-apiserver-restart"
     waiter, outcome = wait_deferred(operator(name))
     real_cluster.wait_for(lambda: running(real_cluster, name), 60)
     uid = real_cluster.get(f"{JOBS}/{name}")["metadata"]["uid"]
