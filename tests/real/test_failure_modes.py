@@ -140,7 +140,7 @@ def test_etcd_compaction_expires_the_watch_and_the_wait_relists(bare_cluster, ba
     waiter.join(timeout=120)
     assert outcome.get("result", {}).get("state") == "Succeeded", outcome
     expired = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
-    assert any("relisting" in m and "pytorchjobs" in m for m in expired), caplog.text
+    assert any("410 Expired" in m and "relisting" in m and "pytorchjobs" in m for m in expired), caplog.text
 
 
 def submit_without_crd(name: str) -> Exception:
