@@ -501,7 +501,6 @@ class JobWaiter:
 _HINTS = {
     401: " (refused again after reloading the credentials)",
     403: " (the connection's credentials lack this permission; see docs/rbac.md)",
-    404: " (is the resource's CustomResourceDefinition installed?)",
 }
 
 

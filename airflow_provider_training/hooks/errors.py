@@ -65,11 +65,23 @@ class KubeApiError(Exception):
         except (TypeError, ValueError):
             return None
 
+    @property
+    def resource_not_served(self) -> bool:
+        """A 404 for the resource type itself, not for one named object: the server serves no such resource
+        (its CustomResourceDefinition is not installed). A missing object's ``Status`` names it in
+        ``details.name``; a missing type's answer does not (a real kube-apiserver answers in plain text,
+        ``404 page not found``)."""
+        return self.status == 404 and not (self.status_body.get("details") or {}).get("name")
+
     def __str__(self) -> str:
         text = f"{self.request}: {self.status}" if self.request else f"Kubernetes API error {self.status}"
         if self.reason:
             text += f" {self.reason}"
-        return f"{text}: {self.message}" if self.message else text
+        text = f"{text}: {self.message}" if self.message else text
+        return f"{text}{CRD_HINT}" if self.resource_not_served else text
+
+
+CRD_HINT = " (is the resource's CustomResourceDefinition installed?)"
 
 
 class JobExistsError(Exception):

@@ -58,7 +58,7 @@ async def test_call_stops_at_the_first_permanent_error():
 
 
 def test_status_error_text_names_code_reason_and_message():
-    body = b'{"kind":"Status","code":404,"reason":"NotFound","message":"x not found"}'
+    body = b'{"kind":"Status","code":404,"reason":"NotFound","message":"x not found","details":{"name":"x"}}'
     err = KubeApiError.from_response(404, body, {})
     assert str(err) == "Kubernetes API error 404 NotFound: x not found"
     assert err.status_body["reason"] == "NotFound"

@@ -159,14 +159,6 @@ def test_a_kind_without_its_crd_fails_the_task_naming_the_request(bare_cluster, 
     assert "tfjobs" not in json_names(bare_cluster)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/production.md says a 404 names the missing CRD ('(is the resource's "
-    "CustomResourceDefinition installed?)'), but that hint (waiting._HINTS) is only added to errors "
-    "that end a wait; the operator's first request, the list before submitting, raises the bare 'list "
-    "tfjobs.kubeflow.org in namespace default: 404: 404 page not found', and docs/troubleshooting.md has "
-    "no entry for a missing CRD",
-)
 def test_a_kind_without_its_crd_names_the_missing_crd(bare_cluster, bare_conn):
     error = submit_without_crd("real-no-crd-hint")
 
