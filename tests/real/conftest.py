@@ -1,4 +1,4 @@
-"""One real cluster per session (tests/real/cluster.py), from the binaries in ``$REALKUBE_BIN``
+"""One real cluster per session (localkube.realcluster), from the binaries in ``$REALKUBE_BIN``
 (`make test-real` builds them and sets it). Every test here is marked ``real``."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 from localkube.pytest_plugin import connection_json
+from localkube.realcluster import RealCluster
 
 from tests.fixtures import CRDS
-from tests.real.cluster import RealCluster
 
 RBAC_DOC = Path(__file__).resolve().parents[2] / "docs" / "rbac.md"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from localkube.realcluster import RealCluster
 
 from airflow_provider_training.operators import PyTorchJobOperator, TFJobOperator
 from tests.fixtures import CRDS
 from tests.operators.harness import KIND_BY_NAME, first_event, in_thread, make_context, manifest
-from tests.real.cluster import RealCluster
 from tests.real.conftest import launch
 from tests.real.test_lifecycle import running
 

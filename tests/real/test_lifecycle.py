@@ -10,6 +10,7 @@ import urllib.error
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from localkube.realcluster import RealCluster
 
 from airflow_provider_training.operators import (
     PyTorchJobOperator,
@@ -18,7 +19,6 @@ from airflow_provider_training.operators import (
 )
 from airflow_provider_training.results import TrainingJobError
 from tests.operators.harness import KIND_BY_NAME, in_thread, make_context, manifest, run_operator
-from tests.real.cluster import RealCluster
 
 pytestmark = pytest.mark.timeout(180)
 PYTORCH = KIND_BY_NAME["PyTorchJob"]

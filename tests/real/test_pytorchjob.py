@@ -10,11 +10,11 @@ import urllib.error
 
 import pytest
 import yaml
+from localkube.realcluster import RealCluster
 
 from airflow_provider_training.operators import PyTorchJobOperator
 from airflow_provider_training.results import TrainingJobError
 from tests.operators.harness import KIND_BY_NAME, MODES, make_context, manifest, run_operator
-from tests.real.cluster import RealCluster
 from tests.real.conftest import documented_rbac
 
 pytestmark = pytest.mark.timeout(180)

@@ -1,7 +1,9 @@
-"""A real Kubernetes control plane on 127.0.0.1 for the tests in tests/real.
+"""A real Kubernetes control plane on 127.0.0.1, the referee for tests (the provider's tests/real, and
+localkube's own API tests when ``REALKUBE_BIN`` is set).
 
 etcd, kube-apiserver (RBAC, token authentication, service-account tokens) and kube-controller-manager (garbage
-collection, Jobs, ReplicaSets, service accounts) from the binaries scripts/realkube/build.sh builds, plus
+collection, Jobs, ReplicaSets, service accounts) from the binaries the provider repository's
+scripts/realkube/build.sh builds, plus
 ``localkube agent`` as the training operators and the kubelet (it binds pods itself: no kube-scheduler).
 Everything listens on free ports of 127.0.0.1 and lives in one directory; ``stop()`` ends the processes it
 started.
