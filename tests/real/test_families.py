@@ -30,6 +30,7 @@ from tests.real.families_real import (
     run_until_logged,
     running,
 )
+from tests.real.test_kinds import logged
 
 pytestmark = pytest.mark.timeout(300)
 FOREVER = {"default": {"duration": None}}
@@ -77,7 +78,9 @@ def test_success_with_a_replica_log_line(legacy_cluster, legacy_admin_conn, case
     assert result["state"] == "Succeeded"
     assert (result["kind"], result["api_version"]) == (case.job_kind.kind, case.job_kind.api_version)
     assert result["pods"] and all(pod.startswith(result["name"]) for pod in result["pods"])
-    assert any("saved model" in line and line.lstrip().startswith("[") for line in out.splitlines())
+    assert any(line.startswith("[") and "saved model" in line for line in logged(out)), (
+        out
+    )  # a replica's line
     gone(legacy_cluster, case, result["name"], legacy_admin_conn)  # on_finish_action="delete"
 
 
