@@ -12,6 +12,7 @@ import pytest
 from localkube.pytest_plugin import connection_json
 
 from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.results import TrainingJobError
 from tests.operators.families import CASES, FamilyCase
 from tests.operators.harness import make_context, run_operator
 from tests.real.conftest import documented_rbac
@@ -43,10 +44,10 @@ def role_without(legacy_cluster, monkeypatch) -> Callable[..., str]:
     return bind
 
 
-def refused(case: FamilyCase, script: dict, **kwargs) -> str:
-    """Run the kind's operator (sync) to its failure; the error's text."""
-    op = case.make_operator(script, **kwargs)
-    with pytest.raises(Exception) as failure:
+def refused(case: FamilyCase, script: dict, error: type[Exception]) -> str:
+    """Run the kind's operator (sync) to its failure, an ``error``; the error's text."""
+    op = case.make_operator(script)
+    with pytest.raises(error) as failure:
         run_operator(op, make_context(), "sync")
     return str(failure.value)
 
@@ -62,7 +63,7 @@ def test_without_the_mlkube_mxjobs_rule_submitting_an_mxjob_is_refused(legacy_cl
         "minus-mlkube", "mxnet.mlkube.io", ["mxjobs"], ["get", "list", "watch", "create", "delete"]
     )
 
-    message = refused(CASE["MxJob-mlkube"], FOREVER)
+    message = refused(CASE["MxJob-mlkube"], FOREVER, KubeApiError)
 
     assert forbids(message, "list", "mxjobs", "mxnet.mlkube.io"), message  # the look for an earlier try's job
     assert not legacy_cluster.get(f"/apis/mxnet.mlkube.io/v1beta1/namespaces/{ns}/mxjobs")["items"]
@@ -83,7 +84,7 @@ def test_without_the_tensorstack_rule_submitting_a_t9k_job_is_refused(legacy_clu
     verbs = ["get", "list", "watch", "create", "delete", "patch"]
     ns = role_without("minus-t9k", "batch.tensorstack.dev", T9K_PLURALS, verbs)
 
-    message = refused(CASE["T9k-PyTorchTrainingJob"], FOREVER)
+    message = refused(CASE["T9k-PyTorchTrainingJob"], FOREVER, KubeApiError)
 
     assert forbids(message, "list", "pytorchtrainingjobs", "batch.tensorstack.dev"), message
     assert not legacy_cluster.get(f"/apis/batch.tensorstack.dev/v1beta1/namespaces/{ns}/pytorchtrainingjobs")[
@@ -96,7 +97,7 @@ def test_without_the_paddle_trainingjobs_rule_submitting_an_edl_job_is_refused(l
         "minus-edl", "paddlepaddle.org", ["trainingjobs"], ["get", "list", "watch", "create", "delete"]
     )
 
-    message = refused(CASE["EDL-TrainingJob"], FOREVER)
+    message = refused(CASE["EDL-TrainingJob"], FOREVER, KubeApiError)
 
     assert forbids(message, "list", "trainingjobs", "paddlepaddle.org"), message
     assert not legacy_cluster.get(f"/apis/paddlepaddle.org/v1/namespaces/{ns}/trainingjobs")["items"]
@@ -112,7 +113,7 @@ def test_without_an_edl_child_rule_reading_the_edl_status_is_refused(
     ns = role_without(namespace, group, [resource], ["get", "list", "watch", "delete"])
     case = CASE["EDL-TrainingJob"]
 
-    message = refused(case, FOREVER)
+    message = refused(case, FOREVER, TrainingJobError)
 
     assert forbids(message, "get", resource, group), message  # the named child the status is read from
     for name in [
