@@ -113,3 +113,46 @@ def sa_conn(service_account_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -
         "AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(service_account_kubeconfig, namespace)
     )
     return namespace
+
+
+# -- the families other than Kubeflow v1 (tests/real/test_families*.py) ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def legacy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """A second cluster for EDL, both legacy MXNet lineages and T9k: their CRDs, written from the reference
+    documents (``mxjobs.kubeflow.org`` is also the Kubeflow v1 MXJob's name), and the agent running their
+    operator emulations (kube-controller-manager is the batch Job and ReplicaSet controller)."""
+    from tests.real.families_real import AGENT_ARGS, CRDS_WRITTEN
+
+    with launch(tmp_path_factory, "legacykube", crd_dir=CRDS_WRITTEN, agent_args=AGENT_ARGS) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def legacy_admin_conn(legacy_cluster: RealCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ``kubernetes_default`` connection to the families' cluster as admin; returns the namespace."""
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(legacy_cluster.kubeconfig))
+    return "default"
+
+
+@pytest.fixture(scope="session")
+def legacy_service_account_kubeconfig(legacy_cluster: RealCluster) -> Path:
+    """The documented ServiceAccount on the families' cluster, bound to exactly the documented Role."""
+    from tests.real.families_real import bind_service_account
+
+    role, binding = documented_rbac()
+    (subject,) = binding["subjects"]
+    namespace = role["metadata"]["namespace"]
+    return bind_service_account(legacy_cluster, role, namespace, subject["name"], subject["namespace"])
+
+
+@pytest.fixture
+def legacy_sa_conn(legacy_service_account_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ``kubernetes_default`` connection to the families' cluster as the documented ServiceAccount;
+    returns the Role's namespace."""
+    namespace = documented_rbac()[0]["metadata"]["namespace"]
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(legacy_service_account_kubeconfig, namespace)
+    )
+    return namespace

@@ -16,12 +16,13 @@ class Controller(Protocol):
 
 
 # The controllers by the names `localkube agent --controllers` takes, in the order a cluster starts them.
-CONTROLLER_NAMES = ("kubeflow", "batch", "replicaset", "edl", "mxnet-legacy", "t9k")
+CONTROLLER_NAMES = ("kubeflow", "batch", "replicaset", "edl", "mxnet-legacy", "t9k", "gates")
 
 
 def controllers_named(names: Iterable[str]) -> list[Controller]:
     """The controllers of these names (see `CONTROLLER_NAMES`); ValueError for an unknown name."""
     from localkube.controllers.builtin import BatchJobController, ReplicaSetController
+    from localkube.controllers.gates import GateController
     from localkube.controllers.kubeflow import KubeflowController
     from localkube.controllers.mxnet_legacy import LegacyMxnetController
     from localkube.controllers.paddle_edl import PaddleEdlController
@@ -36,6 +37,7 @@ def controllers_named(names: Iterable[str]) -> list[Controller]:
         "edl": [PaddleEdlController],
         "mxnet-legacy": [LegacyMxnetController],
         "t9k": [TensorStackController, GenericJobController, SiblingController],
+        "gates": [GateController],
     }
     wanted = _checked(names)
     return [factory() for name in CONTROLLER_NAMES if name in wanted for factory in factories[name]]
@@ -62,5 +64,6 @@ def _checked(names: Iterable[str]) -> set[str]:
 def default_controllers() -> list[Controller]:
     """Every controller a default localkube runs: the Kubeflow Training Operator v1 kinds, the legacy APIs
     (EDL, both legacy MXNet operators, T9k training jobs, GenericJob, DeepSpeedJob, MPIJob and
-    ColossalAIJob) and the batch Job / ReplicaSet controllers EDL and mlkube need."""
-    return controllers_named(CONTROLLER_NAMES)
+    ColossalAIJob) and the batch Job / ReplicaSet controllers EDL and mlkube need. Not ``gates``: in-process,
+    tests open gates directly."""
+    return controllers_named(name for name in CONTROLLER_NAMES if name != "gates")
