@@ -168,6 +168,43 @@ async def test_the_agent_deletes_a_deleted_pod_of_its_node_once_its_containers_s
     assert agent.kubelet is not None and agent.kubelet.instances == {}  # its container stopped
 
 
+async def test_a_restarted_agent_fails_pods_of_policy_never_and_restarts_the_others(
+    kube: LocalKube, kubeconfig: Path
+) -> None:
+    """The scripted containers end with the agent that ran them; the next agent of the node says so."""
+    forever = {"default": {"duration": None}}
+    async with Agent(kubeconfig, runtime="scripted", node_name=NODE) as first:
+        sub = first.store.subscribe(PODS)
+        kube.store.create(PODS, "default", bare_pod("never", forever))
+        kube.store.create(PODS, "default", bare_pod("again", forever, restartPolicy="OnFailure"))
+        await pod_until(sub, "never", running)
+        await pod_until(sub, "again", running)
+        sub.close()
+
+    async with Agent(kubeconfig, runtime="scripted", node_name=NODE) as second:
+        sub = second.store.subscribe(PODS)
+        never = kube.store.get(PODS, "default", "never")  # settled before the runtime starts
+        again = await pod_until(
+            sub, "again", lambda p: running(p) and p["status"]["containerStatuses"][0]["restartCount"] == 1
+        )
+        sub.close()
+
+    (lost,) = never["status"]["containerStatuses"]
+    assert never["status"]["phase"] == "Failed"
+    assert never["status"]["message"] == (
+        f"The pod's containers were lost when localkube agent on node {NODE} restarted"
+    )
+    assert lost["state"]["terminated"]["exitCode"] == 137
+    assert lost["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    (restarted,) = again["status"]["containerStatuses"]
+    assert again["status"]["phase"] == "Running"
+    assert restarted["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    reasons = {
+        e["reason"] for e in kube.store.list(EVENTS, "default") if e["involvedObject"]["name"] == "never"
+    }
+    assert "ContainersLost" in reasons
+
+
 async def test_logs_through_the_kubelet_endpoint_and_the_servers_proxy(
     kube: LocalKube, agent: Agent, core: client.CoreV1Api
 ) -> None:
@@ -273,6 +310,8 @@ def agent_process(kubeconfig: Path) -> Iterator[subprocess.Popen]:
     reader.start()
     try:
         ready = lines.get(timeout=60)
+        while ready.startswith("20"):  # log lines before it (e.g. that localkube's server has no Leases)
+            ready = lines.get(timeout=60)
         assert ready.startswith("localkube agent node localkube-agent kubelet https://127.0.0.1:"), ready
         yield process
     finally:

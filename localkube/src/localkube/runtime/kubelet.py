@@ -91,7 +91,7 @@ class Kubelet:
             for pod in self.store.list(PODS):
                 if pod["metadata"].get("deletionTimestamp"):
                     self._finish_deletion(pod, None)
-                elif not (pod.get("status") or {}).get("containerStatuses"):
+                elif not (pod.get("status") or {}).get("containerStatuses") or self._resumed(pod):
                     self._start(pod)
             async for event in subscription:
                 self._on_event(event)
@@ -152,6 +152,14 @@ class Kubelet:
             return
         self.instances[uid] = inst
         self.tasks[uid] = asyncio.create_task(self._drive(inst), name=f"pod {inst.namespace}/{inst.name}")
+
+    def _resumed(self, pod: dict) -> bool:
+        """A pod of an agent's node that ran under its previous process and is not over: the agent wrote
+        what became of its containers (localkube.lostpods); drive it again."""
+        on_this_node = (pod.get("spec") or {}).get("nodeName") == self.node_name
+        return (
+            self.own_node_only and on_this_node and pod["status"].get("phase") not in ("Succeeded", "Failed")
+        )
 
     def _mine(self, pod: dict) -> bool:
         return not self.own_node_only or (pod.get("spec") or {}).get("nodeName") in (None, "", self.node_name)

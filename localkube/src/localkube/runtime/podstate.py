@@ -46,6 +46,16 @@ def _container_status(container: dict, waiting: str) -> dict[str, Any]:
     }
 
 
+def _carry_over(statuses: dict[str, dict[str, Any]], previous: list[dict]) -> None:
+    """Each container's restart count and last termination from the pod's status as it was written."""
+    for old in previous:
+        status = statuses.get(old.get("name", ""))
+        if status is not None:
+            status["restartCount"] = int(old.get("restartCount") or 0)
+            if old.get("lastState"):
+                status["lastState"] = old["lastState"]
+
+
 class PodInstance:
     """One pod (one uid) being driven by a runtime, and the status it reports."""
 
@@ -70,6 +80,9 @@ class PodInstance:
             c["name"]: _container_status(c, "PodInitializing") for c in self.init_containers
         }
         self.statuses = {c["name"]: _container_status(c, first_wait) for c in self.containers}
+        previous = pod.get("status") or {}  # a pod driven again after an agent's restart keeps its counts
+        _carry_over(self.init_statuses, previous.get("initContainerStatuses") or [])
+        _carry_over(self.statuses, previous.get("containerStatuses") or [])
         self.qos_class = _qos_class(self.containers + self.init_containers)
 
     @property
