@@ -182,7 +182,9 @@ async def test_a_restarted_agent_fails_pods_of_policy_never_and_restarts_the_oth
     async with Agent(kubeconfig, runtime="scripted", node_name=NODE) as first:
         sub = first.store.subscribe(PODS)
         kube.store.create(PODS, "default", bare_pod("never", forever))
-        kube.store.create(PODS, "default", bare_pod("again", forever, restartPolicy="OnFailure"))
+        init = [{"name": "setup", "image": "example/setup:1"}]
+        again = bare_pod("again", forever, restartPolicy="OnFailure", initContainers=init)
+        kube.store.create(PODS, "default", again)
         await pod_until(sub, "never", running)
         await pod_until(sub, "again", running)
         sub.close()
@@ -205,6 +207,10 @@ async def test_a_restarted_agent_fails_pods_of_policy_never_and_restarts_the_oth
     (restarted,) = again["status"]["containerStatuses"]
     assert again["status"]["phase"] == "Running"
     assert restarted["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    (setup,) = again["status"]["initContainerStatuses"]  # completed: not run again (a real server refuses
+    assert setup["state"]["terminated"]["exitCode"] == 0  # a status that takes it out of `terminated`)
+    setup_events = [e for e in kube.store.list(EVENTS, "default") if "container setup" in e["message"]]
+    assert {e["reason"]: e["count"] for e in setup_events} == {"Created": 1, "Started": 1}
     reasons = {
         e["reason"] for e in kube.store.list(EVENTS, "default") if e["involvedObject"]["name"] == "never"
     }

@@ -190,7 +190,7 @@ class Kubelet:
                 component="default-scheduler",
             )
             self.publish(inst)
-            for container in inst.init_containers:
+            for container in (c for c in inst.init_containers if c["name"] not in inst.done):
                 result = await self._run_with_restarts(inst, container, init=True)
                 if result.exit_code != 0:
                     inst.init_failed = True
@@ -200,7 +200,7 @@ class Kubelet:
                 inst.initialized()
                 self.publish(inst)
             async with asyncio.TaskGroup() as group:
-                for container in inst.containers:
+                for container in (c for c in inst.containers if c["name"] not in inst.done):
                     group.create_task(self._run_with_restarts(inst, container, init=False))
         except* PodGone:
             pass
