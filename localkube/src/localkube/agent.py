@@ -219,6 +219,8 @@ class Agent:
         for pod in lost_pods(self.api.list(PODS), self.node_name):
             namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
             status = status_after_restart(pod, self.node_name)
+            if status == pod["status"]:  # none was running: the runtime starts them as it would have
+                continue
             message = f"localkube agent restarted on node {self.node_name}: the pod's containers were lost"
             try:
                 self.api.update_status(PODS, namespace, name, status)

@@ -6,7 +6,8 @@ analogue is a node whose containers terminated while its kubelet was down. Each 
 had not terminated is lost: exit code 137, reason `ContainerStatusUnknown`, as a real kubelet reports a
 container it can no longer locate. The pod's restartPolicy then decides, as for any terminated container:
 
-- `Never`: the container stays terminated, so the pod is Failed (its `message` says why);
+- `Never`: the container stays terminated, so the pod is Failed (its `message` says why) once none of its
+  containers is left to run;
 - `OnFailure`, `Always`: the container is started again, its `restartCount` one higher and the loss as its
   `lastState`; the runtime drives the pod again from its start, keeping those counts.
 """
@@ -37,25 +38,18 @@ def lost_pods(pods: list[dict], node_name: str) -> list[dict]:
 
 
 def status_after_restart(pod: dict, node_name: str) -> dict:
-    """The pod's status once its containers are known lost (see the module's docstring)."""
+    """The pod's status once its running containers are known lost (see the module's docstring); the same
+    status if none was running (its waiting containers start anyway, its terminated ones are done)."""
     status = copy.deepcopy(pod.get("status") or {})
     now = now_rfc3339()
-    inits = status.get("initContainerStatuses") or []
-    if (pod.get("spec") or {}).get("restartPolicy") == "Never":
-        # The stage that was under way: the init containers until they all completed, then the containers.
-        initialized = all(_exit_code(s) == 0 for s in inits)
-        for container in status["containerStatuses"] if initialized else inits:
-            if "terminated" not in (container.get("state") or {}):
-                container.update(state={"terminated": _lost(container, now)}, ready=False, started=False)
-        status.update(
-            phase="Failed",
-            message=f"The pod's containers were lost when localkube agent on node {node_name} restarted",
-        )
-        _not_ready(status, "PodCompleted", now)
-        return status
-    for container in [*inits, *status["containerStatuses"]]:
-        state = container.get("state") or {}
-        if "running" in state:  # waiting ones start anyway; terminated ones are the policy's business
+    never = (pod.get("spec") or {}).get("restartPolicy") == "Never"
+    inits, mains = status.get("initContainerStatuses") or [], status["containerStatuses"]
+    lost_inits = [c for c in inits if _in_state(c, "running")]
+    lost = lost_inits + [c for c in mains if _in_state(c, "running")]
+    for container in lost:
+        if never:
+            container.update(state={"terminated": _lost(container, now)}, ready=False, started=False)
+        else:
             container.update(
                 state={"waiting": {"reason": "ContainerCreating"}},
                 lastState={"terminated": _lost(container, now)},
@@ -63,13 +57,18 @@ def status_after_restart(pod: dict, node_name: str) -> dict:
                 ready=False,
                 started=False,
             )
-    _not_ready(status, "ContainersNotReady", now)
+    # Under Never a lost init container fails the pod, and so do its containers once none is left to run.
+    over = never and bool(lost) and (bool(lost_inits) or all(_in_state(c, "terminated") for c in mains))
+    if over:
+        message = f"The pod's containers were lost when localkube agent on node {node_name} restarted"
+        status.update(phase="Failed", message=message)
+    if lost:
+        _not_ready(status, "PodCompleted" if over else "ContainersNotReady", now)
     return status
 
 
-def _exit_code(container: dict) -> int | None:
-    terminated = (container.get("state") or {}).get("terminated")
-    return None if terminated is None else int(terminated.get("exitCode", 0))
+def _in_state(container: dict, state: str) -> bool:
+    return state in (container.get("state") or {})
 
 
 def _lost(container: dict, now: str) -> dict[str, Any]:
