@@ -9,6 +9,7 @@ import asyncio
 import json
 import queue
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from localkube.agent import Agent
 from localkube.cluster import LocalKube
 from localkube.errors import ApiError
+from localkube.realcluster import write_certificates
 from localkube.remote import RemoteApi
 from localkube.resources import EVENTS, NODES, PODS
 from localkube.runtime import ANNOTATION, close_gate, open_gate
@@ -262,6 +264,30 @@ async def test_logs_through_the_kubelet_endpoint_and_the_servers_proxy(
             assert (await wrong.json())["message"] == "container nope is not valid for pod talker"
     # the server itself ran nothing: every line came from the agent's kubelet
     assert kube.logs.instances("default", "talker", "main") == []
+
+
+async def test_with_a_client_ca_the_kubelet_endpoint_authenticates_and_fails_closed(
+    kube: LocalKube, kubeconfig: Path, tmp_path: Path, core: client.CoreV1Api
+) -> None:
+    """localkube's server neither presents a client certificate nor answers SubjectAccessReviews: an agent
+    with --client-ca-file refuses it (tests/real/test_agent_real.py has the real server's side)."""
+    certs = write_certificates(tmp_path)
+    tls = ssl.create_default_context()
+    tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE
+    with_cert = ssl.create_default_context()
+    with_cert.check_hostname, with_cert.verify_mode = False, ssl.CERT_NONE
+    with_cert.load_cert_chain(certs["kubelet_client_cert"], certs["kubelet_client_key"])
+    async with Agent(kubeconfig, runtime="scripted", node_name=NODE, client_ca_file=certs["ca"]) as agent:
+        kube.store.create(PODS, "default", bare_pod("quiet", nodeName=NODE))
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{agent.kubelet_url}/healthz", ssl=tls) as anonymous:
+                assert (anonymous.status, await anonymous.text()) == (401, "Unauthorized")
+            async with session.get(f"{agent.kubelet_url}/healthz", ssl=with_cert) as unreviewed:
+                assert unreviewed.status == 403  # no SubjectAccessReview API: refused, not let through
+                assert (await unreviewed.text()).startswith("Forbidden (user=kube-apiserver-kubelet-client,")
+        with pytest.raises(client.ApiException) as proxied:
+            await asyncio.to_thread(core.read_namespaced_pod_log, "quiet", "default")
+    assert proxied.value.status == 401
 
 
 async def test_the_proxy_answers_500_when_the_kubelet_is_gone(

@@ -38,8 +38,6 @@ from localkube.resources import (
 )
 from localkube.store import ApiError, now_rfc3339
 
-MERGE_PATCH = "application/merge-patch+json"
-
 log = logging.getLogger(__name__)
 
 DEFAULT_NODE = "localkube-agent"
@@ -49,6 +47,7 @@ DEFAULT_NODE = "localkube-agent"
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40  # the Lease's leaseDurationSeconds, as a kubelet's (4 renewals)
 LEASE_NAMESPACE = "kube-node-lease"
+MERGE_PATCH = "application/merge-patch+json"
 LEASES = ResourceType(
     "coordination.k8s.io", "v1", "leases", "Lease", "lease", subresources=frozenset(), builtin=True
 )

@@ -93,10 +93,8 @@ async def proxy_container_log(
 
 # -- the node's end ----------------------------------------------------------------------------------------
 VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
-ALLOWED_TTL, DENIED_TTL = (
-    300.0,
-    30.0,
-)  # a kubelet's --authorization-webhook-cache-{authorized,unauthorized}-ttl
+# How long a decision is kept: a kubelet's --authorization-webhook-cache-{authorized,unauthorized}-ttl.
+ALLOWED_TTL, DENIED_TTL = 300.0, 30.0
 Review = Callable[[dict], Awaitable[dict]]  # posts a SubjectAccessReview, returns the server's answer
 
 
@@ -109,6 +107,11 @@ class KubeletAuthorizer:
     def __init__(self, node_name: str, review: Review) -> None:
         self.node_name, self.review = node_name, review
         self._cache: dict[tuple[str, tuple[str, ...], str], tuple[bool, float]] = {}
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        refused = await self.check(request)
+        return refused if refused is not None else await handler(request)
 
     async def check(self, request: web.Request) -> web.Response | None:
         """None if the request may go on, else the answer that refuses it."""
@@ -176,12 +179,7 @@ def kubelet_app(
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    @web.middleware
-    async def authorize(request: web.Request, handler: Any) -> web.StreamResponse:
-        refused = await authorizer.check(request) if authorizer is not None else None
-        return refused if refused is not None else await handler(request)
-
-    app = web.Application(middlewares=[authorize])
+    app = web.Application(middlewares=[authorizer.middleware] if authorizer is not None else [])
     app.router.add_get(LOG_PATH, container_logs)
     app.router.add_get("/healthz", healthz)
     return app
