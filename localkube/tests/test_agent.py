@@ -9,6 +9,7 @@ import asyncio
 import json
 import queue
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from localkube.agent import Agent
 from localkube.cluster import LocalKube
 from localkube.errors import ApiError
+from localkube.realcluster import write_certificates
 from localkube.remote import RemoteApi
 from localkube.resources import EVENTS, NODES, PODS
 from localkube.runtime import ANNOTATION, close_gate, open_gate
@@ -79,14 +81,20 @@ async def test_the_agent_registers_a_ready_node(agent: Agent, core: client.CoreV
 
 
 async def test_the_agent_posts_its_nodes_status_as_a_heartbeat(kube: LocalKube, kubeconfig: Path) -> None:
-    async with Agent(kubeconfig, runtime="scripted", node_name=NODE, heartbeat_seconds=0.05):
-        first = kube.store.get(NODES, "", NODE)["metadata"]["resourceVersion"]
-        await asyncio.sleep(1.2)  # timestamps have whole seconds: a second beat later shows a later one
+    def beaten() -> bool:  # timestamps have whole seconds: a beat a second after registration shows it
+        (ready,) = kube.store.get(NODES, "", NODE)["status"]["conditions"]
+        return bool(ready["lastHeartbeatTime"] > ready["lastTransitionTime"])
+
+    async with Agent(kubeconfig, runtime="scripted", node_name=NODE, heartbeat_seconds=0.05) as agent:
+        for _ in range(200):
+            if beaten():
+                break
+            await asyncio.sleep(0.05)
         node = kube.store.get(NODES, "", NODE)
 
     (ready,) = node["status"]["conditions"]
-    assert node["metadata"]["resourceVersion"] != first
-    assert ready["status"] == "True" and ready["lastHeartbeatTime"] > ready["lastTransitionTime"]
+    assert ready["status"] == "True" and beaten()
+    assert agent.lease_renewals == 0  # localkube's server serves no Leases: the Node's status is the beat
 
 
 async def test_binding_sets_the_node_once(kube: LocalKube, kubeconfig: Path) -> None:
@@ -168,6 +176,57 @@ async def test_the_agent_deletes_a_deleted_pod_of_its_node_once_its_containers_s
     assert agent.kubelet is not None and agent.kubelet.instances == {}  # its container stopped
 
 
+async def test_a_restarted_agent_fails_pods_of_policy_never_and_restarts_the_others(
+    kube: LocalKube, kubeconfig: Path
+) -> None:
+    """The scripted containers end with the agent that ran them; the next agent of the node says so."""
+    forever = {"default": {"duration": None}}
+
+    def started() -> bool:
+        pods = {p["metadata"]["name"]: p for p in kube.store.list(PODS, "default")}
+        pulling = json.dumps(pods["pulling"].get("status"))
+        return running(pods["never"]) and running(pods["again"]) and "ImagePullBackOff" in pulling
+
+    async with Agent(kubeconfig, runtime="scripted", node_name=NODE):
+        kube.store.create(PODS, "default", bare_pod("never", forever))
+        init = [{"name": "setup", "image": "example/setup:1"}]
+        again = bare_pod("again", forever, restartPolicy="OnFailure", initContainers=init)
+        kube.store.create(PODS, "default", again)
+        kube.store.create(PODS, "default", bare_pod("pulling", {"default": {"pending": "ImagePullBackOff"}}))
+        for _ in range(600):  # the three of them as the runtime drives them (the server's own thread)
+            if started():
+                break
+            await asyncio.sleep(0.05)
+        assert started()
+
+    async with Agent(kubeconfig, runtime="scripted", node_name=NODE) as second:
+        sub = second.store.subscribe(PODS)
+        never = kube.store.get(PODS, "default", "never")  # settled before the runtime starts
+        pulling = kube.store.get(PODS, "default", "pulling")
+        again = await pod_until(
+            sub, "again", lambda p: running(p) and p["status"]["containerStatuses"][0]["restartCount"] == 1
+        )
+        sub.close()
+
+    (lost,) = never["status"]["containerStatuses"]
+    assert never["status"]["phase"] == "Failed"
+    assert never["status"]["message"] == (
+        f"The pod's containers were lost when localkube agent on node {NODE} restarted"
+    )
+    assert lost["state"]["terminated"]["exitCode"] == 137
+    assert lost["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    (restarted,) = again["status"]["containerStatuses"]
+    assert again["status"]["phase"] == "Running"
+    assert restarted["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    (setup,) = again["status"]["initContainerStatuses"]  # completed: not run again (a real server refuses
+    assert setup["state"]["terminated"]["exitCode"] == 0  # a status that takes it out of `terminated`)
+    setup_events = [e for e in kube.store.list(EVENTS, "default") if "container setup" in e["message"]]
+    assert {e["reason"]: e["count"] for e in setup_events} == {"Created": 1, "Started": 1}
+    assert pulling["status"]["phase"] == "Pending"  # nothing was running: nothing lost, the runtime goes on
+    lost_events = [e for e in kube.store.list(EVENTS, "default") if e["reason"] == "ContainersLost"]
+    assert sorted(e["involvedObject"]["name"] for e in lost_events) == ["again", "never"]
+
+
 async def test_logs_through_the_kubelet_endpoint_and_the_servers_proxy(
     kube: LocalKube, agent: Agent, core: client.CoreV1Api
 ) -> None:
@@ -205,6 +264,30 @@ async def test_logs_through_the_kubelet_endpoint_and_the_servers_proxy(
             assert (await wrong.json())["message"] == "container nope is not valid for pod talker"
     # the server itself ran nothing: every line came from the agent's kubelet
     assert kube.logs.instances("default", "talker", "main") == []
+
+
+async def test_with_a_client_ca_the_kubelet_endpoint_authenticates_and_fails_closed(
+    kube: LocalKube, kubeconfig: Path, tmp_path: Path, core: client.CoreV1Api
+) -> None:
+    """localkube's server neither presents a client certificate nor answers SubjectAccessReviews: an agent
+    with --client-ca-file refuses it (tests/real/test_agent_real.py has the real server's side)."""
+    certs = write_certificates(tmp_path)
+    tls = ssl.create_default_context()
+    tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE
+    with_cert = ssl.create_default_context()
+    with_cert.check_hostname, with_cert.verify_mode = False, ssl.CERT_NONE
+    with_cert.load_cert_chain(certs["kubelet_client_cert"], certs["kubelet_client_key"])
+    async with Agent(kubeconfig, runtime="scripted", node_name=NODE, client_ca_file=certs["ca"]) as agent:
+        kube.store.create(PODS, "default", bare_pod("quiet", nodeName=NODE))
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{agent.kubelet_url}/healthz", ssl=tls) as anonymous:
+                assert (anonymous.status, await anonymous.text()) == (401, "Unauthorized")
+            async with session.get(f"{agent.kubelet_url}/healthz", ssl=with_cert) as unreviewed:
+                assert unreviewed.status == 403  # no SubjectAccessReview API: refused, not let through
+                assert (await unreviewed.text()).startswith("Forbidden (user=kube-apiserver-kubelet-client,")
+        with pytest.raises(client.ApiException) as proxied:
+            await asyncio.to_thread(core.read_namespaced_pod_log, "quiet", "default")
+    assert proxied.value.status == 401
 
 
 async def test_the_proxy_answers_500_when_the_kubelet_is_gone(
@@ -273,6 +356,8 @@ def agent_process(kubeconfig: Path) -> Iterator[subprocess.Popen]:
     reader.start()
     try:
         ready = lines.get(timeout=60)
+        while ready.startswith("20"):  # log lines before it (e.g. that localkube's server has no Leases)
+            ready = lines.get(timeout=60)
         assert ready.startswith("localkube agent node localkube-agent kubelet https://127.0.0.1:"), ready
         yield process
     finally:

@@ -72,6 +72,20 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--kubelet-port", type=int, default=0, help="the kubelet's HTTPS port; 0 picks a free one"
     )
+    agent.add_argument(
+        "--client-ca-file",
+        type=Path,
+        help="the kubelet endpoint requires a client certificate signed by this CA (kube-apiserver's "
+        "--kubelet-client-certificate) and authorizes its user by SubjectAccessReview",
+    )
+    agent.add_argument(
+        "--heartbeat-seconds", type=float, default=10.0, help="how often the node's Lease is renewed"
+    )
+    agent.add_argument(
+        "--node-status-seconds",
+        type=float,
+        help="how often the Node's status is posted (default: as the Lease)",
+    )
     fault = commands.add_parser("fault", help="program a fault into a running cluster")
     fault.add_argument("--kubeconfig", required=True, type=Path, help="the kubeconfig `serve` wrote")
     fault.add_argument("what", choices=COMMANDS)
@@ -136,6 +150,9 @@ async def _agent(args: argparse.Namespace) -> None:
         address=args.address,
         kubelet_port=args.kubelet_port,
         context=args.context,
+        heartbeat_seconds=args.heartbeat_seconds,
+        node_status_seconds=args.node_status_seconds,
+        client_ca_file=args.client_ca_file,
     )
     stop = _until_signalled()
     async with agent:

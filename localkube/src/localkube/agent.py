@@ -10,9 +10,11 @@ and serves their logs over HTTPS at /containerLogs/... for the API server to pro
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import os
 import platform
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,9 +41,16 @@ from localkube.store import ApiError, now_rfc3339
 log = logging.getLogger(__name__)
 
 DEFAULT_NODE = "localkube-agent"
-# How often the kubelet posts its Node's status (a real kubelet: --node-status-update-frequency, 10 s): a
-# kube-controller-manager's node lifecycle controller marks a node silent for 40-50 s NotReady and evicts.
+# How often the kubelet renews its node's Lease and posts its Node's status (a real kubelet: 10 s each): a
+# kube-controller-manager's node lifecycle controller marks a node silent for --node-monitor-grace-period
+# (40-50 s) NotReady (Unknown), taints it node.kubernetes.io/unreachable and evicts its pods.
 HEARTBEAT_SECONDS = 10.0
+LEASE_SECONDS = 40  # the Lease's leaseDurationSeconds, as a kubelet's (4 renewals)
+LEASE_NAMESPACE = "kube-node-lease"
+MERGE_PATCH = "application/merge-patch+json"
+LEASES = ResourceType(
+    "coordination.k8s.io", "v1", "leases", "Lease", "lease", subresources=frozenset(), builtin=True
+)
 # What the kubelet and every controller read besides the controllers' own custom resources.
 BASE_TYPES: tuple[ResourceType, ...] = (PODS, SERVICES, CONFIGMAPS, SECRETS, EVENTS, BATCH_JOBS, REPLICASETS)
 
@@ -65,6 +74,8 @@ class Agent:
         kubelet_port: int = 0,
         context: str | None = None,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        node_status_seconds: float | None = None,
+        client_ca_file: str | Path | None = None,
     ) -> None:
         from localkube.controllers import custom_types_of
 
@@ -72,7 +83,12 @@ class Agent:
         self.controller_names = list(controllers)
         self.node_name, self.address, self.kubelet_port = node_name, address, kubelet_port
         self.heartbeat_seconds = heartbeat_seconds
+        self.node_status_seconds = heartbeat_seconds if node_status_seconds is None else node_status_seconds
+        self.client_ca_file = client_ca_file
         self._ready_since = ""
+        self._node_uid = ""
+        self._leases = False  # whether the server serves Leases (known once the node registered)
+        self.lease_renewals = 0  # how many times the Lease was written
         types = [*BASE_TYPES, *custom_types_of(self.controller_names)]
         self.api = RemoteApi.from_kubeconfig(kubeconfig, types, context=context)
         self.logs = PodLogs()
@@ -101,6 +117,7 @@ class Agent:
 
             await self._serve_kubelet()
             self.register_node()
+            self.recover_pods()
             self.kubelet = make_runtime(self.runtime)
             self.kubelet.node_name, self.kubelet.own_node_only = self.node_name, True
             workers.append(self.kubelet)
@@ -109,25 +126,70 @@ class Agent:
             self._tasks.append(asyncio.create_task(self._heartbeat()))
 
     async def _heartbeat(self) -> None:
-        """Post the Node's status every `heartbeat_seconds`, Ready since registration, as a kubelet does."""
+        """Renew the node's Lease every `heartbeat_seconds` and post the Node's status (Ready) every
+        `node_status_seconds`, as a kubelet does; a failed beat is logged and the next one tries again."""
+        posted = time.monotonic()
         while True:
             await asyncio.sleep(self.heartbeat_seconds)
-            try:
-                self.api.update_status(NODES, "", self.node_name, self._node_status())
-            except Exception as exc:  # the next beat tries again, as a kubelet's does
-                log.warning("localkube agent: the Node's status could not be posted: %s", exc)
+            if self._leases:
+                self._leases = self._renew_lease()
+            if time.monotonic() - posted >= self.node_status_seconds:
+                try:
+                    self.api.update_status(NODES, "", self.node_name, self._node_status())
+                    posted = time.monotonic()
+                except Exception as exc:
+                    log.warning("localkube agent: the Node's status could not be posted: %s", exc)
+
+    def _renew_lease(self) -> bool:
+        """Write the Lease `kube-node-lease/<node>`: holder the node, renewed now. False if the server does
+        not serve Leases (localkube's server): then the Node's status is the only heartbeat."""
+        spec = {
+            "holderIdentity": self.node_name,
+            "leaseDurationSeconds": LEASE_SECONDS,
+            "renewTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
+        try:
+            self._write_lease(spec)
+        except ApiError as exc:
+            if exc.code == 404:
+                log.info("localkube agent: no Lease API (%s); the Node's status is the heartbeat", exc)
+                return False
+            log.warning("localkube agent: the node's Lease could not be renewed: %s", exc)
+        except Exception as exc:  # the next beat tries again, as a kubelet's does
+            log.warning("localkube agent: the node's Lease could not be renewed: %s", exc)
+        else:
+            self.lease_renewals += 1
+        return True
+
+    def _write_lease(self, spec: dict) -> None:
+        """Patch the Lease's spec, or create the Lease owned by the Node (deleting the Node deletes it)."""
+        try:
+            self.api.patch(LEASES, LEASE_NAMESPACE, self.node_name, {"spec": spec}, MERGE_PATCH)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            owner = {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": self._node_uid}
+            lease = {"metadata": {"name": self.node_name, "ownerReferences": [owner]}, "spec": spec}
+            self.api.create(LEASES, LEASE_NAMESPACE, lease)
 
     async def _serve_kubelet(self) -> None:
-        from localkube.kubeletapi import kubelet_app, serving_context
+        from localkube.kubeletapi import KubeletAuthorizer, kubelet_app, serving_context
 
-        self._runner = web.AppRunner(
-            kubelet_app(self.api, self.logs), handler_cancellation=True, access_log=None, shutdown_timeout=0.1
-        )
+        authorizer = None
+        if self.client_ca_file is not None:
+            authorizer = KubeletAuthorizer(self.node_name, self._review)
+        app = kubelet_app(self.api, self.logs, authorizer)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
-        tls = serving_context(self.address, f"{self.node_name}@localkube")
+        tls = serving_context(self.address, f"{self.node_name}@localkube", self.client_ca_file)
         site = web.TCPSite(self._runner, self.address, self.kubelet_port, ssl_context=tls)
         await site.start()
         self.kubelet_port = self._runner.addresses[0][1]
+
+    async def _review(self, review: dict) -> dict:
+        """POST a SubjectAccessReview (off the loop: the server may take a while) and return its answer."""
+        path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        return dict(await asyncio.to_thread(self.api.request, "POST", path, body=review))
 
     def register_node(self) -> dict:
         """Create the Node (or find it there from an earlier run) and write its status: Ready, the address and
@@ -142,7 +204,32 @@ class Agent:
         except ApiError as exc:
             if exc.code != 409:
                 raise
-        return self.api.update_status(NODES, "", self.node_name, self._node_status())
+        node = self.api.update_status(NODES, "", self.node_name, self._node_status())
+        self._node_uid = node["metadata"]["uid"]
+        self._leases = self._renew_lease()
+        return node
+
+    def recover_pods(self) -> None:
+        """The pods of this node that an earlier agent process was running lost their containers with it:
+        write what their restartPolicy makes of that (`localkube.lostpods`) before the runtime starts."""
+        from localkube.events import record_event
+        from localkube.lostpods import lost_pods, status_after_restart
+
+        for pod in lost_pods(self.api.list(PODS), self.node_name):
+            namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            status = status_after_restart(pod, self.node_name)
+            if status == pod["status"]:  # none was running: the runtime starts them as it would have
+                continue
+            message = f"localkube agent restarted on node {self.node_name}: the pod's containers were lost"
+            try:
+                self.api.update_status(PODS, namespace, name, status)
+                record_event(self.api, pod, "Warning", "ContainersLost", message, "kubelet")
+            except ApiError as exc:  # deleted meanwhile
+                log.warning("localkube agent: pod %s/%s: %s", namespace, name, exc)
+            else:
+                log.info(
+                    "localkube agent: pod %s/%s lost its containers: %s", namespace, name, status["phase"]
+                )
 
     def _node_status(self) -> dict:
         now = now_rfc3339()

@@ -3,7 +3,8 @@
 - The node's end (`kubelet_app`, `serving_context`): what `localkube agent` serves over HTTPS with a
   self-signed certificate, `GET /containerLogs/{namespace}/{pod}/{container}` with the query of the API's
   pods/log (follow, tailLines, timestamps, previous, sinceSeconds, sinceTime, limitBytes), from its own
-  `PodLogs`.
+  `PodLogs`. Given a client CA, it authenticates and authorizes callers as a kubelet with
+  `--anonymous-auth=false --authorization-mode=Webhook` does (`KubeletAuthorizer`).
 - The API server's end (`kubelet_url`, `proxy_container_log`): localkube's server answers GET
   .../pods/{name}/log of a pod bound to a registered Node by proxying to that node's kubelet endpoint
   (`https://<InternalIP>:<daemonEndpoints.kubeletEndpoint.Port>`), streaming with follow=true, as
@@ -18,8 +19,10 @@ import ipaddress
 import logging
 import ssl
 import tempfile
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
@@ -89,8 +92,80 @@ async def proxy_container_log(
 
 
 # -- the node's end ----------------------------------------------------------------------------------------
-def kubelet_app(api: ClusterApi, logs: PodLogs) -> web.Application:
-    """The agent's kubelet endpoint: container logs of the pods it runs, errors as `kind: Status`."""
+VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+# How long a decision is kept: a kubelet's --authorization-webhook-cache-{authorized,unauthorized}-ttl.
+ALLOWED_TTL, DENIED_TTL = 300.0, 30.0
+Review = Callable[[dict], Awaitable[dict]]  # posts a SubjectAccessReview, returns the server's answer
+
+
+class KubeletAuthorizer:
+    """Who may call the kubelet endpoint: the user of a verified client certificate (CN the user, O its
+    groups) whom the API server allows `<verb>` on `nodes/proxy` of this node (what a kubelet asks for every
+    path but /stats, /metrics, /logs and /spec, /containerLogs included). Decisions are cached as a kubelet's
+    webhook authorizer caches them. No certificate: 401; refused: 403, worded as a kubelet words them."""
+
+    def __init__(self, node_name: str, review: Review) -> None:
+        self.node_name, self.review = node_name, review
+        self._cache: dict[tuple[str, tuple[str, ...], str], tuple[bool, float]] = {}
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        refused = await self.check(request)
+        return refused if refused is not None else await handler(request)
+
+    async def check(self, request: web.Request) -> web.Response | None:
+        """None if the request may go on, else the answer that refuses it."""
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        if not peer:
+            return web.Response(status=401, text="Unauthorized")
+        user, groups = _identity(peer)
+        verb = VERBS.get(request.method, request.method.lower())
+        if await self._allowed(user, groups, verb):
+            return None
+        text = f"Forbidden (user={user}, verb={verb}, resource=nodes, subresource(s)=[proxy])"
+        return web.Response(status=403, text=text)
+
+    async def _allowed(self, user: str, groups: tuple[str, ...], verb: str) -> bool:
+        key = (user, groups, verb)
+        cached = self._cache.get(key)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": list(groups),
+                "resourceAttributes": {
+                    "verb": verb,
+                    "resource": "nodes",
+                    "subresource": "proxy",
+                    "name": self.node_name,
+                },
+            },
+        }
+        try:
+            answer = await self.review(review)
+        except ApiError as exc:  # not cached: the next request asks again
+            log.warning("localkube agent: a SubjectAccessReview failed: %s", exc)
+            return False
+        allowed = bool((answer.get("status") or {}).get("allowed"))
+        self._cache[key] = (allowed, time.monotonic() + (ALLOWED_TTL if allowed else DENIED_TTL))
+        return allowed
+
+
+def _identity(peer: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """(user, groups) of a verified client certificate, as kube-apiserver reads one: CN and the O's."""
+    attributes = [pair for rdn in peer.get("subject", ()) for pair in rdn]
+    user = next((value for key, value in attributes if key == "commonName"), "")
+    return user, tuple(value for key, value in attributes if key == "organizationName")
+
+
+def kubelet_app(
+    api: ClusterApi, logs: PodLogs, authorizer: KubeletAuthorizer | None = None
+) -> web.Application:
+    """The agent's kubelet endpoint: container logs of the pods it runs, errors as `kind: Status`; with an
+    `authorizer`, only for the callers it lets through."""
     from localkube.server import error_response
 
     async def container_logs(request: web.Request) -> web.StreamResponse:
@@ -104,14 +179,16 @@ def kubelet_app(api: ClusterApi, logs: PodLogs) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application()
+    app = web.Application(middlewares=[authorizer.middleware] if authorizer is not None else [])
     app.router.add_get(LOG_PATH, container_logs)
     app.router.add_get("/healthz", healthz)
     return app
 
 
-def serving_context(host: str, common_name: str) -> ssl.SSLContext:
-    """A TLS server context with a fresh self-signed certificate for `host` (an IP address or a DNS name)."""
+def serving_context(host: str, common_name: str, client_ca_file: str | Path | None = None) -> ssl.SSLContext:
+    """A TLS server context with a fresh self-signed certificate for `host` (an IP address or a DNS name).
+    With `client_ca_file`, a client certificate is asked for and, if one is sent, must be signed by that CA
+    (a kubelet's --client-ca-file: Go's VerifyClientCertIfGiven)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -147,4 +224,7 @@ def serving_context(host: str, common_name: str) -> ssl.SSLContext:
             )
         )
         context.load_cert_chain(cert_file, key_file)
+    if client_ca_file is not None:
+        context.load_verify_locations(cafile=str(client_ca_file))
+        context.verify_mode = ssl.CERT_OPTIONAL
     return context

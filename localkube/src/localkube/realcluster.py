@@ -80,20 +80,51 @@ def _certificate(
     return builder.sign(signer, hashes.SHA256())
 
 
+def write_client_certificate(
+    directory: Path, name: str, user: str, groups: tuple[str, ...], ca: Path, ca_key: Path
+) -> tuple[Path, Path]:
+    """A client certificate for ``user`` in ``groups`` (CN and O's, as kube-apiserver reads them) signed by
+    the CA ``ca``/``ca_key``: ``(name.crt, name.key)`` in ``directory``."""
+    signer = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    assert isinstance(signer, rsa.RSAPrivateKey)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = [x509.NameAttribute(NameOID.COMMON_NAME, user)]
+    subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in groups]
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(x509.load_pem_x509_certificate(ca.read_bytes()).subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(signer, hashes.SHA256())
+    )
+    paths = directory / f"{name}.crt", directory / f"{name}.key"
+    paths[0].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(_pem(key))
+    return paths
+
+
 def write_certificates(directory: Path) -> dict[str, Path]:
-    """A CA, the API server's serving certificate signed by it, and the service-account key pair."""
+    """A CA, the API server's serving certificate signed by it, the service-account key pair, and the client
+    certificate kube-apiserver presents to kubelets (``--kubelet-client-certificate``)."""
     ca_key, key = (rsa.generate_private_key(public_exponent=65537, key_size=2048) for _ in range(2))
     ca = _certificate("realkube-ca", ca_key, None, ca_key)
     serving = _certificate("kube-apiserver", key, ca.subject, ca_key)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     paths = {
         "ca": directory / "ca.crt",
+        "ca_key": directory / "ca.key",
         "cert": directory / "apiserver.crt",
         "key": directory / "apiserver.key",
         "sa_key": directory / "sa.key",
         "sa_pub": directory / "sa.pub",
     }
     paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["ca_key"].write_bytes(_pem(ca_key))
     paths["cert"].write_bytes(serving.public_bytes(serialization.Encoding.PEM))
     paths["key"].write_bytes(_pem(key))
     paths["sa_key"].write_bytes(_pem(sa_key))
@@ -101,6 +132,14 @@ def write_certificates(directory: Path) -> dict[str, Path]:
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
+    )
+    paths["kubelet_client_cert"], paths["kubelet_client_key"] = write_client_certificate(
+        directory,
+        "kubelet-client",
+        "kube-apiserver-kubelet-client",
+        ("system:masters",),
+        paths["ca"],
+        paths["ca_key"],
     )
     return paths
 
@@ -117,6 +156,8 @@ class RealCluster:
     agent_args: tuple[str, ...] = ("--runtime", "scripted", "--controllers", "kubeflow")
     # Flags added to kube-apiserver's (a dedicated cluster's: e.g. ``--watch-cache=false``).
     apiserver_args: tuple[str, ...] = ()
+    # Flags added to kube-controller-manager's (e.g. a short ``--node-monitor-grace-period``).
+    controller_manager_args: tuple[str, ...] = ()
     url: str = ""
     version: str = ""
     crds_installed: list[str] = field(default_factory=list)
@@ -219,6 +260,8 @@ class RealCluster:
                 f"--service-account-key-file={self.certs['sa_pub']}",
                 f"--service-account-signing-key-file={self.certs['sa_key']}",
                 "--service-cluster-ip-range=10.96.0.0/16",
+                f"--kubelet-client-certificate={self.certs['kubelet_client_cert']}",
+                f"--kubelet-client-key={self.certs['kubelet_client_key']}",
                 *self.apiserver_args,
             ],
         )
@@ -277,6 +320,7 @@ class RealCluster:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 "--leader-elect=false",
+                *self.controller_manager_args,
             ],
         )
 
@@ -290,11 +334,24 @@ class RealCluster:
                 "agent",
                 "--kubeconfig",
                 str(self.kubeconfig),
+                "--client-ca-file",  # only kube-apiserver (its kubelet client certificate) reads logs
+                str(self.certs["ca"]),
                 *self.agent_args,
             ],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.wait_for(lambda: "localkube agent node" in self.log_tail("agent", 200), 60)
+
+    def kill_agent(self) -> None:
+        """SIGKILL ``localkube agent`` (a crash: the containers it runs end with it); its log is set aside."""
+        process = self._processes.pop("agent")
+        process.kill()
+        process.wait(timeout=30)
+        (self.directory / "agent.log").rename(self.directory / f"agent.{time.monotonic():.0f}.log")
+
+    def start_agent(self) -> None:
+        """Start ``localkube agent`` again (after ``kill_agent``); returns once it serves."""
+        self._start_agent()
 
     # -- CRDs --------------------------------------------------------------------------------------------
 

@@ -91,7 +91,7 @@ class Kubelet:
             for pod in self.store.list(PODS):
                 if pod["metadata"].get("deletionTimestamp"):
                     self._finish_deletion(pod, None)
-                elif not (pod.get("status") or {}).get("containerStatuses"):
+                elif not (pod.get("status") or {}).get("containerStatuses") or self._resumed(pod):
                     self._start(pod)
             async for event in subscription:
                 self._on_event(event)
@@ -153,6 +153,14 @@ class Kubelet:
         self.instances[uid] = inst
         self.tasks[uid] = asyncio.create_task(self._drive(inst), name=f"pod {inst.namespace}/{inst.name}")
 
+    def _resumed(self, pod: dict) -> bool:
+        """A pod of an agent's node that ran under its previous process and is not over: the agent wrote
+        what became of its containers (localkube.lostpods); drive it again."""
+        on_this_node = (pod.get("spec") or {}).get("nodeName") == self.node_name
+        return (
+            self.own_node_only and on_this_node and pod["status"].get("phase") not in ("Succeeded", "Failed")
+        )
+
     def _mine(self, pod: dict) -> bool:
         return not self.own_node_only or (pod.get("spec") or {}).get("nodeName") in (None, "", self.node_name)
 
@@ -182,7 +190,7 @@ class Kubelet:
                 component="default-scheduler",
             )
             self.publish(inst)
-            for container in inst.init_containers:
+            for container in (c for c in inst.init_containers if c["name"] not in inst.done):
                 result = await self._run_with_restarts(inst, container, init=True)
                 if result.exit_code != 0:
                     inst.init_failed = True
@@ -192,7 +200,7 @@ class Kubelet:
                 inst.initialized()
                 self.publish(inst)
             async with asyncio.TaskGroup() as group:
-                for container in inst.containers:
+                for container in (c for c in inst.containers if c["name"] not in inst.done):
                     group.create_task(self._run_with_restarts(inst, container, init=False))
         except* PodGone:
             pass

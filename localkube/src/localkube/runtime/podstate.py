@@ -70,7 +70,28 @@ class PodInstance:
             c["name"]: _container_status(c, "PodInitializing") for c in self.init_containers
         }
         self.statuses = {c["name"]: _container_status(c, first_wait) for c in self.containers}
+        self.done: set[str] = set()  # containers a pod driven again had finished for good: not run again
+        previous = pod.get("status") or {}
+        self._carry_over(self.init_statuses, previous.get("initContainerStatuses") or [], init=True)
+        self._carry_over(self.statuses, previous.get("containerStatuses") or [], init=False)
         self.qos_class = _qos_class(self.containers + self.init_containers)
+
+    def _carry_over(self, statuses: dict[str, dict[str, Any]], previous: list[dict], *, init: bool) -> None:
+        """A pod driven again after an agent's restart: each container keeps its restart count and last
+        termination, and one that terminated for good stays so (the API server refuses a status that
+        takes it back: "may not be transitioned to non-terminated state")."""
+        for old in previous:
+            status = statuses.get(old.get("name", ""))
+            if status is None:
+                continue
+            status["restartCount"] = int(old.get("restartCount") or 0)
+            if old.get("lastState"):
+                status["lastState"] = old["lastState"]
+            terminated = (old.get("state") or {}).get("terminated")
+            if terminated and (terminated.get("exitCode", 0) == 0 if init else self._final(old)):
+                status["state"] = old["state"]
+                self.ran.add(status["name"])
+                self.done.add(status["name"])
 
     @property
     def labels(self) -> dict[str, str]:
@@ -115,7 +136,8 @@ class PodInstance:
     def initialized(self) -> None:
         self.set_condition("Initialized", True)
         for status in self.statuses.values():
-            status["state"] = {"waiting": {"reason": "ContainerCreating"}}
+            if status["name"] not in self.done:
+                status["state"] = {"waiting": {"reason": "ContainerCreating"}}
 
     def _final(self, status: dict) -> bool:
         """A terminated container that the restartPolicy will not start again."""
