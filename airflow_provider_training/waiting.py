@@ -498,10 +498,8 @@ class JobWaiter:
         return JobRef(self.name, self.namespace, self.uid, self.kind.kind, self.kind.api_version)
 
 
-_HINTS = {
-    401: " (refused again after reloading the credentials)",
-    403: " (the connection's credentials lack this permission; see docs/rbac.md)",
-}
+# A 403 says what it needs itself (KubeApiError names the verb, resource and docs/rbac.md).
+_HINTS = {401: " (refused again after reloading the credentials)"}
 
 
 def _into(queue: asyncio.Queue[tuple[str, Any]], tag: str) -> Callable[[Any], None]:

@@ -206,7 +206,10 @@ async def test_forbidden_pod_list_ends_the_wait(cluster, faults):
     await trigger_for("no-pod-rights").on_kill()
 
     assert event["status"] == "error"
-    assert event["message"].startswith("list pods in namespace default: 403 Forbidden: ")
+    assert event["message"].startswith(
+        "Kubernetes refused `list` on `pods` in namespace default (403 Forbidden): the connection's "
+        "identity lacks this permission; docs/rbac.md lists the Role it needs."
+    )
 
 
 async def test_missing_crd_ends_the_wait(cluster):
