@@ -86,12 +86,51 @@ def bind(cluster: RealCluster, rules: list[dict[str, Any]], namespace: str) -> G
         }
     )
     user = f"system:serviceaccount:{namespace}:{ACCOUNT}"
-    if rules:  # the authorizer reads Roles and RoleBindings from an informer: wait until it has both
-        rule = rules[0]
-        first = (rule["apiGroups"][0], rule["resources"][0], rule["verbs"][0])
-        cluster.wait_for(lambda: allowed(cluster, user, namespace, *first), 30)
-    token = cluster.service_account_token(namespace, ACCOUNT)
-    return Grant(namespace, user, cluster.kubeconfig_for(user, token))
+    grant = Grant(
+        namespace, user, cluster.kubeconfig_for(user, cluster.service_account_token(namespace, ACCOUNT))
+    )
+    _wait_effective(cluster, grant, permissions(rules), set())
+    return grant
+
+
+def set_rules(cluster: RealCluster, grant: Grant, rules: list[dict[str, Any]]) -> None:
+    """Replace the rules of ``grant``'s Role; returns once the authorizer allows what they add and refuses
+    what they remove."""
+    path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{grant.namespace}/roles/{ACCOUNT}"
+    role = cluster.get(path)
+    before = permissions(role.get("rules") or [])
+    cluster.request("PUT", path, {**role, "rules": rules})
+    after = permissions(rules)
+    _wait_effective(cluster, grant, after - before, before - after)
+
+
+Permission = tuple[str, str, str]  # API group, resource (with subresource), verb
+
+
+def permissions(rules: list[dict[str, Any]]) -> set[Permission]:
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def _wait_effective(
+    cluster: RealCluster, grant: Grant, granted: set[Permission], refused: set[Permission]
+) -> None:
+    """The authorizer reads Roles and RoleBindings from an informer: wait until it has caught up. A Role is
+    one object, so one permission it grants (or no longer grants) shows that its version is the one seen."""
+    grants = sorted(granted)[:1]
+    refusals = sorted(refused)[:1]
+
+    def effective() -> bool:
+        return all(allowed(cluster, grant.user, grant.namespace, *p) for p in grants) and not any(
+            allowed(cluster, grant.user, grant.namespace, *p) for p in refusals
+        )
+
+    cluster.wait_for(effective, 30)
 
 
 def allowed(cluster: RealCluster, user: str, namespace: str, group: str, resource: str, verb: str) -> bool:
