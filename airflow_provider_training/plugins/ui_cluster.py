@@ -147,8 +147,8 @@ def describe_failure(err: BaseException, conn_id: str | None) -> str:
             answer = f"{err.status} {err.reason or 'Forbidden'}"
             return (
                 f"The Kubernetes API refused {refused.permission()} ({answer}) to the credentials of {conn};"
-                f" the Training tab needs `get` on the job and `pods/log`, and "
-                f"`list` on `pods` and `events` ({RBAC_DOC})."
+                f" the Training tab needs `get` on the job, `pods` and `pods/log`, and `list` on `pods` and "
+                f"`events` ({RBAC_DOC})."
             )
         if err.status in (401, 403):
             return (
