@@ -4,6 +4,11 @@ documented Role of docs/rbac.md, or that Role with one rule or one verb of a rul
     grant = bind(real_cluster, without(documented_rules(), "pods", "list"), "rbac-pods-list")
     monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", grant.connection_json)
     ... run the operator in ``grant.namespace`` ...
+    set_rules(real_cluster, grant, documented_rules())  # another rule set for the same account
+
+``without(rules, resource, verb, group)`` removes one verb (``verb=None``: every verb) of one resource and
+nothing else; ``bind`` and ``set_rules`` wait until the API server's authorizer applies the Role, so a test
+never races it.
 """
 
 from __future__ import annotations
