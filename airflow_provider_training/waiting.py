@@ -105,6 +105,7 @@ class JobWaiter:
         self._streamer: ReplicaLogStreamer | None = None
         self._began = datetime.now(UTC)
         self._notes: list[str] = []  # what could not be read, for the event
+        self._events_refused = False
         self._tick_entry: _TickEntry | None = None
 
     @property
@@ -289,7 +290,7 @@ class JobWaiter:
 
     async def _warn_stuck(self, obj: RawObject, reason: str, message: str) -> None:
         pod = diag.pod_name(obj)
-        listed = await self.hook.list_events(self.namespace, pod, "Pod", uid=_uid(obj))
+        listed = await self._events_of(pod, "Pod", _uid(obj))
         events = diag.warning_events(listed, limit=5)
         lines = "".join(f"\n    {line}" for line in diag.format_events(events))
         self.log.warning("Replica pod %s of %s is stuck: %s: %s%s", pod, self.label, reason, message, lines)
@@ -442,7 +443,7 @@ class JobWaiter:
         """Failing replicas with exit codes, their last log lines, and the recent Warning events, from what
         survives: the pods' last states (as listed now or as any watch saw them), what the job's status and
         its own events record (pods may be gone: cleanPodPolicy, T9k), else the status' replica counts."""
-        job_events = await self.hook.list_events(self.namespace, self.name, self.kind.kind, uid=self.uid)
+        job_events = await self._events_of(self.name, self.kind.kind, self.uid)
         failures = diag.replica_failures(self.kind, pods)
         recorded = self.kind.failed_replicas(self.job) if self.job is not None else []
         for more in (recorded, self.kind.failures_in_events(self.name, job_events)):
@@ -456,9 +457,9 @@ class JobWaiter:
         events = list(job_events)
         for pod in {f.pod for f in failures if f.pod} | {pod for pod, _ in self._warned}:
             if pod in by_name:
-                events.extend(await self.hook.list_events(self.namespace, pod, "Pod", uid=_uid(by_name[pod])))
+                events.extend(await self._events_of(pod, "Pod", _uid(by_name[pod])))
             else:  # never seen, so its uid is unknown: an earlier pod of that name is older than the job
-                listed = await self.hook.list_events(self.namespace, pod, "Pod")
+                listed = await self._events_of(pod, "Pod", None)
                 events.extend(e for e in listed if diag.event_time(e) >= since)
         event.events = diag.warning_events(events)
         for failure in failures:
@@ -469,6 +470,25 @@ class JobWaiter:
                 event.log_tail[failure.pod] = lines
                 if not lines and why:
                     failure.log = why
+
+    async def _events_of(self, name: str, kind: str, uid: str | None) -> list[dict[str, Any]]:
+        """The events about one object. Events only explain: when the API refuses them (403: the Role has no
+        ``list`` on ``events``) or cannot serve them, the wait goes on without, with one warning and a note
+        on the event; what retrying may fix is raised as for any read."""
+        from airflow_provider_training.hooks.errors import KubeApiError
+        from airflow_provider_training.hooks.retry import is_transient
+
+        try:
+            return await self.hook.list_events(self.namespace, name, kind, uid=uid)
+        except KubeApiError as exc:
+            if is_transient(exc):
+                raise
+            if not self._events_refused:
+                self._events_refused = True
+                note = f"events could not be read: {exc}"
+                self.log.warning("%s: %s", self.label, note)
+                self._notes.append(note)
+            return []
 
     async def _tail(self, pod: str, container: str | None) -> tuple[list[str], str]:
         """The failing replica's last lines, or none and why they could not be read."""
@@ -498,10 +518,8 @@ class JobWaiter:
         return JobRef(self.name, self.namespace, self.uid, self.kind.kind, self.kind.api_version)
 
 
-_HINTS = {
-    401: " (refused again after reloading the credentials)",
-    403: " (the connection's credentials lack this permission; see docs/rbac.md)",
-}
+# A 403 says what it needs itself (KubeApiError names the verb, resource and docs/rbac.md).
+_HINTS = {401: " (refused again after reloading the credentials)"}
 
 
 def _into(queue: asyncio.Queue[tuple[str, Any]], tag: str) -> Callable[[Any], None]:

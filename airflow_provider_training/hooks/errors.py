@@ -4,9 +4,38 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
+
+RBAC_DOC = "docs/rbac.md"
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """What a request asked, as RBAC names it: ``verb`` on ``resource`` (``pods``, ``pods/log``,
+    ``pytorchjobs.kubeflow.org``: plural, subresource, API group), in ``namespace``, of object ``name``.
+    A request that is not for a resource has only ``verb`` (the HTTP method) and ``path``."""
+
+    verb: str
+    resource: str = ""
+    namespace: str = ""
+    name: str = ""
+    path: str = ""
+
+    def __str__(self) -> str:
+        """``list pods in namespace default``, ``get pods/log default/x-master-0``."""
+        if not self.resource:
+            return f"{self.verb} {self.path}"
+        if self.name:
+            return f"{self.verb} {self.resource} {self.namespace + '/' if self.namespace else ''}{self.name}"
+        return f"{self.verb} {self.resource}" + (f" in namespace {self.namespace}" if self.namespace else "")
+
+    def permission(self) -> str:
+        """The permission it needs: `list` on `pods` in namespace ml, `get` on `pods/log` named p in ..."""
+        text = f"`{self.verb}` on `{self.resource}`" + (f" named {self.name}" if self.name else "")
+        return text + (f" in namespace {self.namespace}" if self.namespace else "")
 
 
 class KubeApiError(Exception):
@@ -33,7 +62,7 @@ class KubeApiError(Exception):
         self.body = json.dumps(self.status_body).encode() if body else None
         self.headers = CIMultiDictProxy(CIMultiDict(headers or {}))
         # What was asked, e.g. "list pods in namespace default" (set by the transport).
-        self.request = ""
+        self.request: ApiRequest | None = None
 
     @classmethod
     def from_response(cls, status: int, raw: bytes, headers: Mapping[str, str]) -> KubeApiError:
@@ -73,7 +102,18 @@ class KubeApiError(Exception):
         ``404 page not found``)."""
         return self.status == 404 and not (self.status_body.get("details") or {}).get("name")
 
+    @property
+    def refused(self) -> ApiRequest | None:
+        """The request, when this is RBAC refusing it (403 for a resource request)."""
+        return self.request if self.status == 403 and self.request and self.request.resource else None
+
     def __str__(self) -> str:
+        if refused := self.refused:
+            said = f" The API server said: {self.message}" if self.message else ""
+            return (
+                f"Kubernetes refused {refused.permission()} ({self.status} {self.reason or 'Forbidden'}): "
+                f"the connection's identity lacks this permission; {RBAC_DOC} lists the Role it needs.{said}"
+            )
         text = f"{self.request}: {self.status}" if self.request else f"Kubernetes API error {self.status}"
         if self.reason:
             text += f" {self.reason}"

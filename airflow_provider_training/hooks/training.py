@@ -40,6 +40,7 @@ from airflow_provider_training.hooks.transport import (
     MERGE_PATCH,
     KubeTransport,
     collection_path,
+    describe_request,
     encode_query,
     iter_lines,
     object_path,
@@ -220,7 +221,9 @@ class AsyncTrainingJobHook(HookParameters):
                     continue
                 event = json.loads(line)
                 if event.get("type") == "ERROR":
-                    raise KubeApiError.from_status(event.get("object") or {})
+                    error = KubeApiError.from_status(event.get("object") or {})
+                    error.request = describe_request("GET", path, query)
+                    raise error
                 yield event
 
     # -- jobs ------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
-from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.errors import ApiRequest, KubeApiError
 from airflow_provider_training.kinds.base import ResourceRef
 from airflow_provider_training.offloop import once_in_thread
 
@@ -58,25 +58,26 @@ def object_path(
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
-def describe_request(method: str, path: str, query: Query | None = None) -> str:
+def describe_request(method: str, path: str, query: Query | None = None) -> ApiRequest:
     """What a request asks, as RBAC names it: ``list pods in namespace default``, ``get pods/log
     default/x-master-0``, ``watch pytorchjobs.kubeflow.org in namespace default``."""
     parts = [p for p in path.split("/") if p]
-    group, rest = ("", parts[2:]) if parts[:1] == ["api"] else (parts[1], parts[3:])
+    if parts[:1] not in (["api"], ["apis"]):  # /version, /healthz: not a resource
+        return ApiRequest(method, path=path)
+    group, rest = ("", parts[2:]) if parts[:1] == ["api"] else ("".join(parts[1:2]), parts[3:])
     namespace = ""
     if rest[:1] == ["namespaces"] and len(rest) > 2:
         namespace, rest = rest[1], rest[2:]
     if not rest:
-        return f"{method} {path}"
+        return ApiRequest(method, path=path)
     resource = f"{rest[0]}.{group}" if group else rest[0]
     if len(rest) > 2:
         resource += f"/{rest[2]}"
     if len(rest) > 1:
-        verb = _VERBS.get(method, "get")
-        return f"{verb} {resource} {namespace + '/' if namespace else ''}{rest[1]}"
+        return ApiRequest(_VERBS.get(method, "get"), resource, namespace, rest[1], path)
     watching = any(k == "watch" and v in ("true", "1") for k, v in query or ())
     verb = "watch" if watching else ("list" if method == "GET" else _VERBS.get(method, method.lower()))
-    return f"{verb} {resource}" + (f" in namespace {namespace}" if namespace else "")
+    return ApiRequest(verb, resource, namespace, path=path)
 
 
 class _Pool:
@@ -236,7 +237,7 @@ class KubeTransport:
             resp.close()
 
 
-def _raise_for_status(resp: aiohttp.ClientResponse, raw: bytes, request: str) -> None:
+def _raise_for_status(resp: aiohttp.ClientResponse, raw: bytes, request: ApiRequest) -> None:
     if not 200 <= resp.status < 300:
         error = KubeApiError.from_response(resp.status, raw, resp.headers)
         error.request = request

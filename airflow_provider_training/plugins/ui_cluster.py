@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.errors import RBAC_DOC, KubeApiError
 from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import JobKind, JobStatus, RawObject
@@ -143,11 +143,17 @@ def describe_failure(err: BaseException, conn_id: str | None) -> str:
     conn = f"connection {conn_id!r}"
     if isinstance(err, KubeApiError):
         asked = err.request or "a request"
+        if refused := err.refused:
+            answer = f"{err.status} {err.reason or 'Forbidden'}"
+            return (
+                f"The Kubernetes API refused {refused.permission()} ({answer}) to the credentials of {conn};"
+                f" the Training tab needs `get` on the job, `pods` and `pods/log`, and `list` on `pods` and "
+                f"`events` ({RBAC_DOC})."
+            )
         if err.status in (401, 403):
             return (
                 f"The Kubernetes API refused to {asked} ({err.status} {err.reason or 'Forbidden'}) with the "
-                f"credentials of {conn}; the Training tab needs get on the job and pods/log, and list on "
-                "pods and events (docs/rbac.md)."
+                f"credentials of {conn} ({RBAC_DOC})."
             )
         return f"The Kubernetes API could not {asked} ({err.status} {err.reason}) for {conn}."
     if isinstance(err, ClusterError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 import pytest
 
@@ -115,7 +117,47 @@ async def test_inside_a_wait_transient_failures_retry_past_the_attempts_until_th
 def test_errors_name_the_request_as_rbac_does(method, path, query, expected):
     from airflow_provider_training.hooks.transport import describe_request
 
-    assert describe_request(method, path, query) == expected
-    err = KubeApiError(403, "Forbidden", "denied")
-    err.request = expected
-    assert str(err) == f"{expected}: 403 Forbidden: denied"
+    request = describe_request(method, path, query)
+    assert str(request) == expected
+    err = KubeApiError(409, "Conflict", "exists")
+    err.request = request
+    assert str(err) == f"{expected}: 409 Conflict: exists"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "permission"),
+    [
+        ("GET", "/api/v1/namespaces/ml/pods", [], "`list` on `pods` in namespace ml"),
+        ("GET", "/api/v1/namespaces/ml/pods", [("watch", "true")], "`watch` on `pods` in namespace ml"),
+        ("GET", "/api/v1/namespaces/ml/pods/p/log", [], "`get` on `pods/log` named p in namespace ml"),
+        (
+            "PATCH",
+            "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/j",
+            [],
+            "`patch` on `pytorchjobs.kubeflow.org` named j in namespace ml",
+        ),
+        ("GET", "/api/v1/namespaces/ml/events", [], "`list` on `events` in namespace ml"),
+    ],
+)
+def test_a_refusal_names_verb_resource_namespace_and_the_role(method, path, query, permission):
+    from airflow_provider_training.hooks.transport import describe_request
+
+    said = 'pods is forbidden: User "system:serviceaccount:ml:w" cannot list resource "pods"'
+    body = {"kind": "Status", "status": "Failure", "reason": "Forbidden", "message": said, "code": 403}
+    err = KubeApiError.from_response(403, json.dumps(body).encode(), {})
+    err.request = describe_request(method, path, query)
+
+    assert err.refused == err.request
+    assert str(err) == (
+        f"Kubernetes refused {permission} (403 Forbidden): the connection's identity lacks this "
+        f"permission; docs/rbac.md lists the Role it needs. The API server said: {said}"
+    )
+
+
+def test_a_403_without_a_resource_is_not_called_an_rbac_refusal():
+    from airflow_provider_training.hooks.transport import describe_request
+
+    err = KubeApiError(403, "Forbidden", "no")
+    assert err.refused is None and str(err) == "Kubernetes API error 403 Forbidden: no"
+    err.request = describe_request("GET", "/version")
+    assert err.refused is None and str(err) == "GET /version: 403 Forbidden: no"

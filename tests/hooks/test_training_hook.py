@@ -40,6 +40,16 @@ async def test_create_get_patch_find_delete(kube, hook):
     assert await hook.delete_job(PYTORCH, "train", "default") is False
 
 
+async def test_an_error_event_of_a_watch_names_the_watch(kube, hook):
+    kube.faults.expire_watch(1, resource="pytorchjobs")
+    with pytest.raises(KubeApiError) as expired:
+        async for _ in hook.watch_objects(PYTORCH.resource, "default", resource_version="1"):
+            pass
+
+    assert expired.value.status == 410
+    assert str(expired.value).startswith("watch pytorchjobs.kubeflow.org in namespace default: 410 ")
+
+
 async def test_namespace_comes_from_the_connection_unless_given(kube_conn):
     assert await AsyncTrainingJobHook(kube_conn).get_namespace() == "team-a"
     assert await AsyncTrainingJobHook(kube_conn, namespace="mine").get_namespace() == "mine"

@@ -161,7 +161,8 @@ def test_a_refused_read_names_the_verb_and_resource(client, run_id, cluster):
         cluster.faults.clear()
     assert rule.hits >= 1
     assert view["view"] == "cluster_error"
-    assert "refused to get pytorchjobs.kubeflow.org default/" in view["detail"]
+    assert "refused `get` on `pytorchjobs.kubeflow.org` named " in view["detail"]
+    assert "in namespace default (403 Forbidden)" in view["detail"] and "docs/rbac.md" in view["detail"]
     assert logs.status_code == 502 and logs.json()["detail"] == view["detail"]
     assert "403" in view["detail"] and view["job"]["kind"] == "PyTorchJob"
 

@@ -206,7 +206,43 @@ async def test_forbidden_pod_list_ends_the_wait(cluster, faults):
     await trigger_for("no-pod-rights").on_kill()
 
     assert event["status"] == "error"
-    assert event["message"].startswith("list pods in namespace default: 403 Forbidden: ")
+    assert event["message"].startswith(
+        "Kubernetes refused `list` on `pods` in namespace default (403 Forbidden): the connection's "
+        "identity lacks this permission; docs/rbac.md lists the Role it needs."
+    )
+
+
+async def test_forbidden_events_leave_a_stuck_pod_warning_and_the_wait_goes_on(cluster, faults, capsys):
+    faults.fail(403, count=None, resource="events")
+    create(
+        cluster, "stuck-no-events", {"Master": {"pending": "ImagePullBackOff"}, "default": {"duration": None}}
+    )
+
+    event = await first(trigger_for("stuck-no-events", deadline=deadline(3), get_logs=False))
+    faults.clear()
+    await trigger_for("stuck-no-events").on_kill()
+
+    assert event["status"] == "timeout", event["message"]  # what the job did: it stayed stuck
+    out = capsys.readouterr().out
+    assert "Replica pod stuck-no-events-master-0 of PyTorchJob default/stuck-no-events is stuck" in out
+    refused = "events could not be read: Kubernetes refused `list` on `events` in namespace default (403"
+    assert out.count(refused) == 1  # warned once, however many reads were refused
+    assert any(note.startswith(refused) for note in event["notes"])
+
+
+async def test_forbidden_events_still_explain_a_failure(cluster, faults):
+    create(cluster, "fails-no-events", {"Master": {"exit_code": 3, "logs": ["ValueError: bad batch"]}})
+    await until_state(cluster, "fails-no-events", "Failed")
+    rule = faults.fail(403, count=None, resource="events")
+
+    event = await first(trigger_for("fails-no-events", deadline=deadline(), get_logs=False))
+
+    assert event["status"] == "failed" and rule.hits >= 1
+    [failure] = event["replica_failures"]
+    assert (failure["pod"], failure["exit_code"]) == ("fails-no-events-master-0", 3)
+    assert event["log_tail"]["fails-no-events-master-0"] == ["ValueError: bad batch"]
+    assert event["events"] == []
+    assert [n for n in event["notes"] if "Kubernetes refused `list` on `events`" in n]
 
 
 async def test_missing_crd_ends_the_wait(cluster):
