@@ -415,8 +415,10 @@ class ReplicaLogStreamer:
             return
         job = None
         if self.replicas in ("deciding", "master"):
-            with contextlib.suppress(Exception):  # unreadable now: the kind's master-role pods, as before
+            try:
                 job = await self.hook.get_job(self.kind, self.job_name, self.namespace)
+            except Exception as err:  # unreadable now (a 403 says which permission): the master-role pods
+                self.note(f"Could not read the job to find its deciding replica: {err}")
             deciding = self.kind.deciding_replica(job) if job is not None else None
             self.replicas = [deciding] if deciding else "master"
             self._narrowed = True
@@ -455,7 +457,7 @@ class ReplicaLogStreamer:
         try:
             await self._follow_until_done(pod)
         except Exception as err:  # one pod's trouble must not end the others' streams
-            log.warning("Stopped streaming the logs of pod %s: %s", pod.name, err)
+            self.note(f"Stopped streaming the logs of pod {pod.name}: {err}")  # the task log's, not ours
 
     async def _follow_until_done(self, pod: _Pod) -> None:
         while not pod.deleted:

@@ -291,8 +291,13 @@ class TrainingJobOperator(BaseOperator):
             self.log.info("It was already gone, or that name is now another try's job (left alone)")
 
     def _delete_on_kill(self, ref: JobRef) -> None:
-        with self._hook() as hook:
-            self._delete(hook, ref, "task killed")
+        """Delete the killed task's job; a refusal (a 403, the API down) goes to the task log, not to a thread
+        traceback on stderr: the job is still running and the user must know."""
+        try:
+            with self._hook() as hook:
+                self._delete(hook, ref, "task killed")
+        except Exception as err:
+            self.log.error("Could not delete %s: it is left running. %s", ref.label, err)
 
     def on_kill(self) -> None:
         """Delete the job (unless ``on_kill_action="keep"``).

@@ -242,6 +242,28 @@ def test_on_kill_in_sync_mode_deletes_the_job(cluster):
     assert isinstance(outcome.get("error"), TrainingJobError) and outcome["error"].status == "deleted"
 
 
+def test_on_kill_refused_says_so_in_the_task_log_and_the_job_is_left_running(cluster, capsys):
+    """A refused delete (here a 403, as without the Role's `delete`) is an error in the task log naming the
+    refusal, not a traceback of the kill thread on stderr."""
+    op = pytorch(FOREVER)
+    worker, outcome = in_thread(lambda: run_operator(op, make_context(), "sync"))
+    name = wait_for(lambda: op._job_ref and pods_running(cluster, op._job_ref.name) and op._job_ref.name)
+    cluster.faults.fail(403, count=None, method="DELETE", resource="pytorchjobs")
+    try:
+        op.on_kill()
+    finally:
+        cluster.faults.clear()
+
+    (refused,) = [line for line in capsys.readouterr().out.splitlines() if "it is left running" in line]
+    assert (
+        "error" in refused.lower() and "Kubernetes refused `delete` on `pytorchjobs.kubeflow.org`" in refused
+    )
+    assert job_or_none(cluster, PYTORCH, name) is not None
+    op.on_kill()  # allowed again: the wait ends
+    worker.join()
+    assert outcome["error"].status == "deleted"
+
+
 def test_on_kill_in_deferrable_mode_is_the_triggers(cluster):
     context = make_context()
     with pytest.raises(TaskDeferred) as deferred:
