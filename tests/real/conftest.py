@@ -4,21 +4,17 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from localkube.pytest_plugin import connection_json
 from localkube.realcluster import RealCluster
 
 from tests.fixtures import CRDS
-
-RBAC_DOC = Path(__file__).resolve().parents[2] / "docs" / "rbac.md"
-
+from tests.real.rbac import bind_documented, documented_rbac
 
 SUMMARY: list[str] = []  # what the session's cluster was, for the terminal summary
 
@@ -75,44 +71,22 @@ def admin_conn(real_cluster: RealCluster, monkeypatch: pytest.MonkeyPatch) -> st
 # -- RBAC: exactly the Role of docs/rbac.md ----------------------------------------------------------------
 
 
-def documented_rbac() -> list[dict]:
-    """The Role and RoleBinding of docs/rbac.md, parsed from its YAML code block."""
-    blocks = re.findall(r"```yaml\n(.*?)```", RBAC_DOC.read_text(), re.S)
-    documents = [d for block in blocks for d in yaml.safe_load_all(block) if d]
-    kinds = [d["kind"] for d in documents]
-    assert kinds == ["Role", "RoleBinding"], kinds
-    return documents
+def as_documented_account(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point ``kubernetes_default`` at ``kubeconfig`` in the documented Role's namespace; returns it."""
+    namespace = str(documented_rbac()[0]["metadata"]["namespace"])
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(kubeconfig, namespace))
+    return namespace
 
 
 @pytest.fixture(scope="session")
 def service_account_kubeconfig(real_cluster: RealCluster) -> Path:
     """A kubeconfig for the documented ServiceAccount, bound to exactly the documented Role."""
-    role, binding = documented_rbac()
-    namespace = role["metadata"]["namespace"]
-    (subject,) = binding["subjects"]
-    for name in {namespace, subject["namespace"]}:
-        real_cluster.create_namespace(name)
-    real_cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": subject["name"], "namespace": subject["namespace"]},
-        }
-    )
-    real_cluster.apply(role)
-    real_cluster.apply(binding)
-    token = real_cluster.service_account_token(subject["namespace"], subject["name"])
-    user = f"system:serviceaccount:{subject['namespace']}:{subject['name']}"
-    return real_cluster.kubeconfig_for(user, token)
+    return bind_documented(real_cluster)
 
 
 @pytest.fixture
 def sa_conn(service_account_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    namespace = documented_rbac()[0]["metadata"]["namespace"]
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(service_account_kubeconfig, namespace)
-    )
-    return namespace
+    return as_documented_account(service_account_kubeconfig, monkeypatch)
 
 
 # -- the families other than Kubeflow v1 (tests/real/test_families*.py) ------------------------------------
@@ -139,20 +113,11 @@ def legacy_admin_conn(legacy_cluster: RealCluster, monkeypatch: pytest.MonkeyPat
 @pytest.fixture(scope="session")
 def legacy_service_account_kubeconfig(legacy_cluster: RealCluster) -> Path:
     """The documented ServiceAccount on the families' cluster, bound to exactly the documented Role."""
-    from tests.real.families_real import bind_service_account
-
-    role, binding = documented_rbac()
-    (subject,) = binding["subjects"]
-    namespace = role["metadata"]["namespace"]
-    return bind_service_account(legacy_cluster, role, namespace, subject["name"], subject["namespace"])
+    return bind_documented(legacy_cluster)
 
 
 @pytest.fixture
 def legacy_sa_conn(legacy_service_account_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The ``kubernetes_default`` connection to the families' cluster as the documented ServiceAccount;
     returns the Role's namespace."""
-    namespace = documented_rbac()[0]["metadata"]["namespace"]
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(legacy_service_account_kubeconfig, namespace)
-    )
-    return namespace
+    return as_documented_account(legacy_service_account_kubeconfig, monkeypatch)

@@ -14,7 +14,7 @@ import re
 import threading
 import urllib.error
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -165,53 +165,3 @@ def _poll(check: Callable[[], bool], timeout: float) -> None:
         if check():
             return
         pause.wait(0.05)
-
-
-# -- RBAC ---------------------------------------------------------------------------------------------------
-
-
-def bind_service_account(
-    cluster: RealCluster, role: dict[str, Any], namespace: str, account: str, account_namespace: str
-) -> Path:
-    """Create ``role`` in ``namespace``, the ServiceAccount ``account_namespace/account`` bound to it, and
-    return a kubeconfig with the account's token."""
-    for name in {namespace, account_namespace}:
-        cluster.create_namespace(name)
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": account, "namespace": account_namespace},
-        }
-    )
-    role = {**role, "metadata": {**role["metadata"], "namespace": namespace}}
-    cluster.apply(role)
-    cluster.apply(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": role["metadata"]["name"], "namespace": namespace},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": role["metadata"]["name"],
-            },
-        }
-    )
-    token = cluster.service_account_token(account_namespace, account)
-    return cluster.kubeconfig_for(f"system:serviceaccount:{account_namespace}:{account}", token)
-
-
-def without(
-    role: dict[str, Any], group: str, resources: Iterable[str], verbs: Iterable[str]
-) -> dict[str, Any]:
-    """``role`` minus exactly one of its rules: ``verbs`` on ``resources`` of ``group``."""
-    rule = {"apiGroups": [group], "resources": sorted(resources), "verbs": sorted(verbs)}
-
-    def same(other: dict[str, Any]) -> bool:
-        return {key: sorted(other[key]) for key in rule} == rule
-
-    kept = [other for other in role["rules"] if not same(other)]
-    assert len(kept) == len(role["rules"]) - 1, f"docs/rbac.md has no rule {rule}"
-    return {**role, "rules": kept}

@@ -29,11 +29,32 @@ ACCOUNT = "airflow-worker"
 SA_GROUPS = ("system:serviceaccounts", "system:authenticated")
 
 
+def documented_rbac() -> list[dict[str, Any]]:
+    """The Role and RoleBinding of docs/rbac.md, parsed from its YAML code block (a fresh copy each call)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", RBAC_DOC.read_text(), re.S)
+    documents = [d for block in blocks for d in yaml.safe_load_all(block) if d]
+    assert [d["kind"] for d in documents] == ["Role", "RoleBinding"], documents
+    return documents
+
+
 def documented_rules() -> list[dict[str, Any]]:
     """The rules of the Role in docs/rbac.md (a fresh copy each call)."""
-    blocks = re.findall(r"```yaml\n(.*?)```", RBAC_DOC.read_text(), re.S)
-    (role,) = [d for block in blocks for d in yaml.safe_load_all(block) if d and d["kind"] == "Role"]
-    return copy.deepcopy(role["rules"])
+    return list(documented_rbac()[0]["rules"])
+
+
+def bind_documented(cluster: RealCluster) -> Path:
+    """The Role and RoleBinding of docs/rbac.md applied exactly as written (the ServiceAccount in its own
+    namespace, the Role in the jobs' namespace); a kubeconfig with the account's token."""
+    role, binding = documented_rbac()
+    (subject,) = binding["subjects"]
+    for name in {role["metadata"]["namespace"], subject["namespace"]}:
+        cluster.create_namespace(name)
+    meta = {"name": subject["name"], "namespace": subject["namespace"]}
+    cluster.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+    cluster.apply(role)
+    cluster.apply(binding)
+    token = cluster.service_account_token(subject["namespace"], subject["name"])
+    return cluster.kubeconfig_for(f"system:serviceaccount:{subject['namespace']}:{subject['name']}", token)
 
 
 def without(

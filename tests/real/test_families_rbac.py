@@ -6,24 +6,20 @@ these calls is best effort: no refusal is only a warning)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-from localkube.pytest_plugin import connection_json
 
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.results import TrainingJobError
 from tests.operators.families import CASES, FamilyCase
 from tests.operators.harness import make_context, run_operator
-from tests.real.conftest import documented_rbac
 from tests.real.families_real import (
-    bind_service_account,
     delete_everything,
     gate_name,
     open_gate,
     run_until_logged,
-    without,
 )
+from tests.real.rbac import bind, documented_rules, without
 
 pytestmark = pytest.mark.timeout(300)
 CASE = {case.id: case for case in CASES}
@@ -32,16 +28,18 @@ FOREVER = {"default": {"duration": None}}
 
 @pytest.fixture
 def role_without(legacy_cluster, monkeypatch) -> Callable[..., str]:
-    """Bind a fresh ServiceAccount in a fresh namespace to the documented Role minus one rule and point the
-    default connection at it; returns the namespace."""
+    """Bind a fresh ServiceAccount in a fresh namespace to the documented Role less ``verb`` (every verb when
+    None) on ``resources`` of ``group``, and point the default connection at it; returns the namespace."""
 
-    def bind(namespace: str, group: str, resources: list[str], verbs: list[str]) -> str:
-        role = without(documented_rbac()[0], group, resources, verbs)
-        kubeconfig: Path = bind_service_account(legacy_cluster, role, namespace, "airflow-worker", namespace)
-        monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(kubeconfig, namespace))
+    def bind_without(namespace: str, group: str, resources: list[str], verb: str | None = None) -> str:
+        rules = documented_rules()
+        for resource in resources:
+            rules = without(rules, resource, verb, group)
+        grant = bind(legacy_cluster, rules, namespace)
+        monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", grant.connection_json)
         return namespace
 
-    return bind
+    return bind_without
 
 
 def refused(case: FamilyCase, script: dict, error: type[Exception]) -> str:
@@ -53,15 +51,17 @@ def refused(case: FamilyCase, script: dict, error: type[Exception]) -> str:
 
 
 def forbids(text: str, verb: str, resource: str, group: str) -> bool:
-    """The real API server's wording of a refusal: ``cannot <verb> resource "<resource>" in API group
-    "<group>"`` (the core group is ``""``)."""
-    return f'cannot {verb} resource "{resource}" in API group "{group}"' in text
+    """The provider's wording of a refusal (``Kubernetes refused `<verb>` on `<resource>.<group>```) with
+    the real API server's after it (``cannot <verb> resource "<resource>" in API group "<group>"``)."""
+    qualified = f"{resource}.{group}" if group else resource
+    return (
+        f"Kubernetes refused `{verb}` on `{qualified}`" in text
+        and f'cannot {verb} resource "{resource}" in API group "{group}"' in text
+    )
 
 
 def test_without_the_mlkube_mxjobs_rule_submitting_an_mxjob_is_refused(legacy_cluster, role_without):
-    ns = role_without(
-        "minus-mlkube", "mxnet.mlkube.io", ["mxjobs"], ["get", "list", "watch", "create", "delete"]
-    )
+    ns = role_without("minus-mlkube", "mxnet.mlkube.io", ["mxjobs"])
 
     message = refused(CASE["MxJob-mlkube"], FOREVER, KubeApiError)
 
@@ -81,8 +81,7 @@ T9K_PLURALS = [
 
 
 def test_without_the_tensorstack_rule_submitting_a_t9k_job_is_refused(legacy_cluster, role_without):
-    verbs = ["get", "list", "watch", "create", "delete", "patch"]
-    ns = role_without("minus-t9k", "batch.tensorstack.dev", T9K_PLURALS, verbs)
+    ns = role_without("minus-t9k", "batch.tensorstack.dev", T9K_PLURALS)
 
     message = refused(CASE["T9k-PyTorchTrainingJob"], FOREVER, KubeApiError)
 
@@ -93,9 +92,7 @@ def test_without_the_tensorstack_rule_submitting_a_t9k_job_is_refused(legacy_clu
 
 
 def test_without_the_paddle_trainingjobs_rule_submitting_an_edl_job_is_refused(legacy_cluster, role_without):
-    ns = role_without(
-        "minus-edl", "paddlepaddle.org", ["trainingjobs"], ["get", "list", "watch", "create", "delete"]
-    )
+    ns = role_without("minus-edl", "paddlepaddle.org", ["trainingjobs"])
 
     message = refused(CASE["EDL-TrainingJob"], FOREVER, KubeApiError)
 
@@ -110,7 +107,7 @@ def test_without_the_paddle_trainingjobs_rule_submitting_an_edl_job_is_refused(l
 def test_without_an_edl_child_rule_reading_the_edl_status_is_refused(
     legacy_cluster, role_without, namespace, group, resource
 ):
-    ns = role_without(namespace, group, [resource], ["get", "list", "watch", "delete"])
+    ns = role_without(namespace, group, [resource])
     case = CASE["EDL-TrainingJob"]
 
     message = refused(case, FOREVER, TrainingJobError)
@@ -124,7 +121,7 @@ def test_without_an_edl_child_rule_reading_the_edl_status_is_refused(
 
 
 def test_without_the_pods_delete_rule_cleanup_of_an_edl_job_is_refused(legacy_cluster, role_without, capsys):
-    ns = role_without("minus-pods-delete", "", ["pods"], ["delete"])
+    ns = role_without("minus-pods-delete", "", ["pods"], "delete")
     case = CASE["EDL-TrainingJob"]
     gate = gate_name("rbac-pods-delete")
     script = {

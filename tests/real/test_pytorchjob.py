@@ -15,7 +15,7 @@ from localkube.realcluster import RealCluster
 from airflow_provider_training.operators import PyTorchJobOperator
 from airflow_provider_training.results import TrainingJobError
 from tests.operators.harness import KIND_BY_NAME, MODES, make_context, manifest, run_operator
-from tests.real.conftest import documented_rbac
+from tests.real.rbac import documented_rbac
 
 pytestmark = pytest.mark.timeout(180)
 PYTORCH = KIND_BY_NAME["PyTorchJob"]
