@@ -23,7 +23,7 @@ from localkube.realcluster import RealCluster
 from airflow_provider_training import operators
 from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.specs import build_job
-from tests.operators.harness import MODES, first_event, in_thread, make_context
+from tests.operators.harness import KINDS, MODES, first_event, in_thread, make_context
 from tests.real.conftest import launch
 
 pytestmark = pytest.mark.timeout(240)
@@ -80,6 +80,10 @@ else:
         sock.sendall(b"gradients")
         print("worker got", sock.recv(100).decode(), flush=True)
 """
+ENVIRONMENT = """
+import json, os
+print(json.dumps(dict(os.environ)), flush=True)
+"""
 SIGTERM = """
 import os, pathlib, signal, sys
 def stopped(signum, frame):
@@ -103,9 +107,16 @@ def conn(cluster: RealCluster, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def job(
-    kind: str, name: str, replicas: dict[str, int], script: str, release: Path, after: str = ""
+    kind: str,
+    name: str,
+    replicas: dict[str, int],
+    script: str,
+    release: Path,
+    after: str = "",
+    **options: Any,
 ) -> dict[str, Any]:
-    """A ``kind`` job whose replicas run ``script``, wait for ``release``, then run ``after``."""
+    """A ``kind`` job whose replicas run ``script``, wait for ``release``, then run ``after``; ``options`` go
+    to ``build_job``."""
     return build_job(
         kind,
         "python:3.12-slim",  # ignored: the process runtime runs the command on this machine
@@ -115,6 +126,7 @@ def job(
         namespace="default",
         restart_policy="Never",
         env={"RELEASE": str(release)},
+        **options,
     )
 
 
@@ -284,3 +296,32 @@ def logs(cluster: RealCluster, pod: str) -> list[str]:
 def pods(cluster: RealCluster, name: str) -> list[dict]:
     selector = f"training.kubeflow.org/job-name={name}"
     return list(cluster.get(f"/api/v1/namespaces/default/pods?labelSelector={selector}")["items"])
+
+
+# MPIJob's addresses are in its hostfile ConfigMap, not in the env, and the launcher runs no mpirun here.
+@pytest.mark.parametrize("case", [case for case in KINDS if case.kind != "MPIJob"], ids=str)
+def test_every_address_the_operator_gives_is_mapped_to_this_machine(cluster, conn, case, tmp_path):
+    """Each replica prints its whole environment: every variable whose stored value names a pod or Service of
+    the job reached the process as 127.0.0.1 and local ports, although the agent learns of the job's pods
+    and Services one watch event at a time. (Read from each finished pod's log: the job may succeed with its
+    deciding replica while others still run, and the task log ends there.)"""
+    name = f"proc-env-{case.plural[:-4]}"
+    spec = {"spec": dict(case.spec)} if case.spec else {}
+    manifest = job(case.kind, name, dict(case.replicas), ENVIRONMENT, tmp_path / name, **spec)
+
+    result = run_released(operator(manifest), "sync", tmp_path / name)
+
+    assert result["state"] == "Succeeded"
+    named: dict[str, set[str]] = {}
+    for pod in pods(cluster, name):
+        pod_name = pod["metadata"]["name"]
+        cluster.wait_for(lambda pod_name=pod_name: phase(cluster, pod_name) == "Succeeded", 60)
+        (line,) = pod_log(cluster, pod_name)
+        seen, stored = json.loads(line), pod_env(cluster, pod_name)
+        named[pod_name] = {var for var, value in stored.items() if f"{name}-" in value}
+        assert {var: seen[var] for var in named[pod_name] if f"{name}-" in seen[var]} == {}, (
+            pod_name,
+            stored,
+        )
+        assert seen["HOSTNAME"] == pod_name
+    assert len(named) == sum(case.replicas.values()) and any(named.values()), named
