@@ -128,25 +128,23 @@ def test_a_deferred_task_succeeds_and_a_failed_job_fails_its_task(
         logged = [e.removeprefix(f"[{replica}] ") for e in events if e.startswith(f"[{replica}] ")]
         assert logged == pod_log(cluster, namespace, pod)
     assert any(e.startswith(f"PyTorchJob {namespace}/run1-train is Succeeded") for e in events), events
-    path = "/dags/real_train/dagRuns/run1/taskInstances/train/xcomEntries/return_value"
-    result = airflow.request("GET", path)["value"]
+    xcom = "/dags/real_train/dagRuns/run1/taskInstances/train/xcomEntries/return_value"
+    result = airflow.request("GET", xcom)["value"]
     assert (result["state"], result["namespace"]) == ("Succeeded", namespace)
     job = cluster.get(f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/run1-train")
     assert job["metadata"]["uid"] == result["uid"]
-    master_env = {
-        e["name"]: e.get("value")
-        for e in cluster.get(f"/api/v1/namespaces/{namespace}/pods/run1-train-master-0")["spec"][
-            "containers"
-        ][0]["env"]
-    }
-    assert master_env["MASTER_ADDR"] == "run1-train-master-0"  # the stored env is the operator's
+    master = cluster.get(f"/api/v1/namespaces/{namespace}/pods/run1-train-master-0")
+    stored = {e["name"]: e.get("value") for e in master["spec"]["containers"][0]["env"]}
+    assert stored["MASTER_ADDR"] == "run1-train-master-0"  # the stored env is the operator's
 
-    failed = "\n".join(
-        path.read_text() for path in airflow.task_dir("real_train", "run1", "train_fails").glob("*")
-    )
-    assert "exit code 3" in failed, failed
-    assert "master-0" in failed and "RuntimeError: shard 7 is corrupt" in failed, failed
-    assert "forbidden" not in (failed + "\n".join(events)).lower()  # the Role sufficed, no retried refusal
+    task_dir = airflow.task_dir("real_train", "run1", "train_fails")
+    failed = (task_dir / "attempt=1.log").read_text()  # the worker's log of the resumed task
+    assert "TrainingJobError" in failed, failed
+    assert "master-0 (pod run1-train-fails-master-0, container pytorch): exit code 3" in failed, failed
+    assert "| RuntimeError: shard 7 is corrupt" in failed, failed  # its last log lines, read via the proxy
+    trigger = trigger_events(airflow.trigger_log("real_train", "run1", "train_fails"))
+    assert "[master-0] RuntimeError: shard 7 is corrupt" in trigger, trigger
+    assert "forbidden" not in "\n".join([failed, *events, *trigger]).lower()  # the Role sufficed, no retries
 
 
 def test_a_triggerer_restart_mid_wait_repeats_and_loses_no_line(airflow: Airflow, release_dir: Path) -> None:
