@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import pytest
 from localkube.cluster import LocalKube
@@ -48,8 +48,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def airflow_env(home: Path, api_port: int, kubeconfig: Path) -> dict[str, str]:
-    """The test process's environment without its Airflow and Kubernetes settings, plus this deployment's."""
+def airflow_env(home: Path, api_port: int, connection: str) -> dict[str, str]:
+    """The test process's environment without its Airflow and Kubernetes settings, plus this deployment's
+    (``connection``: the ``kubernetes_default`` connection's JSON)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -83,7 +84,7 @@ def airflow_env(home: Path, api_port: int, kubeconfig: Path) -> dict[str, str]:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT": str(ON_KILL_TIMEOUT),
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",  # a busy api-server must not fail task starts
-            "AIRFLOW_CONN_KUBERNETES_DEFAULT": connection_json(kubeconfig),
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT": connection,
         }
     )
     return env
@@ -277,23 +278,43 @@ def airflow(kube: LocalKube, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield deployment
 
 
+class DeployOptions(TypedDict, total=False):
+    start_timeout: float
+    env: Mapping[str, str] | None
+    login: tuple[str, str] | None
+
+
 @contextlib.contextmanager
 def deploy(
     kube: LocalKube,
+    tmp_path_factory: pytest.TempPathFactory,
+    dag_folder: Path,
+    **options: Unpack[DeployOptions],
+) -> Iterator[Airflow]:
+    """The deployment of the ``airflow`` fixture on ``kube`` (see :func:`deploy_for`)."""
+    assert kube.kubeconfig is not None
+    with deploy_for(connection_json(kube.kubeconfig), tmp_path_factory, dag_folder, **options) as deployment:
+        yield deployment
+
+
+@contextlib.contextmanager
+def deploy_for(
+    connection: str,
     tmp_path_factory: pytest.TempPathFactory,
     dag_folder: Path,
     start_timeout: float = START_TIMEOUT,
     env: Mapping[str, str] | None = None,
     login: tuple[str, str] | None = None,
 ) -> Iterator[Airflow]:
-    """The deployment of the ``airflow`` fixture, with a copy of ``dag_folder`` as its DAGs folder (more files
-    take longer to parse: ``start_timeout``); ``env`` overrides settings, and ``login`` is the user the REST
-    calls log in as (needed once ``env`` turns off ``simple_auth_manager_all_admins``)."""
+    """Airflow with a copy of ``dag_folder`` as its DAGs folder (more files take longer to parse:
+    ``start_timeout``) and ``connection`` as its ``kubernetes_default`` (the connection's JSON: localkube's,
+    or a real API server's with a ServiceAccount's kubeconfig and namespace); ``env`` overrides settings,
+    and ``login`` is the user the REST calls log in as (needed once ``env`` turns off
+    ``simple_auth_manager_all_admins``)."""
     home = tmp_path_factory.mktemp("e2e-airflow")
     shutil.copytree(dag_folder, home / "dags", ignore=shutil.ignore_patterns("__pycache__"))
     api_port = free_port()
-    assert kube.kubeconfig is not None
-    settings = {**airflow_env(home, api_port, Path(kube.kubeconfig)), **(env or {})}
+    settings = {**airflow_env(home, api_port, connection), **(env or {})}
     migrate = subprocess.run(
         [sys.executable, "-m", "airflow", "db", "migrate"],
         env=settings,
