@@ -102,8 +102,9 @@ class Airflow:
     token: str | None = None  # the login's JWT, fetched on the first request
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """Call the REST API. A 5xx answer (the api-server's SQLite busy on a loaded machine) is asked again
-        twice, as a user clicks again; the last one fails with the api-server's traceback."""
+        """Call the REST API. A 5xx answer (the api-server's SQLite busy on a loaded machine), and a GET that
+        timed out, are asked again twice, as a user clicks again; the last one fails with the api-server's
+        traceback. A write that timed out is not sent again (it may have been applied)."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.login is not None:
@@ -113,7 +114,7 @@ class Airflow:
                 f"{self.base_url}/api/v2{path}", data=data, method=method, headers=headers
             )
             try:
-                with urllib.request.urlopen(req, timeout=10) as resp:
+                with urllib.request.urlopen(req, timeout=30) as resp:
                     return json.loads(resp.read() or b"null")
             except urllib.error.HTTPError as err:
                 if err.code < 500:
@@ -123,6 +124,11 @@ class Airflow:
                 if attempt == REQUEST_ATTEMPTS - 1:
                     raise AssertionError(f"{method} {path}: HTTP {err.code}\n{tail}") from err
                 time.sleep(1.0)
+            except (TimeoutError, urllib.error.URLError) as err:
+                timed_out = isinstance(err, TimeoutError) or isinstance(err.reason, TimeoutError)
+                if not timed_out or method != "GET" or attempt == REQUEST_ATTEMPTS - 1:
+                    raise
+                print(f"{method} {path}: timed out (attempt {attempt + 1}); asking again")
         raise AssertionError("unreachable")
 
     def bearer_token(self) -> str:

@@ -22,7 +22,8 @@ from airflow_provider_training.logs import REPEAT_MARK
 from tests.e2e.conftest import Airflow, deploy_for
 from tests.e2e.test_airflow_components import trigger_events
 from tests.e2e.test_triggerer_restart import replica_lines, restart
-from tests.real.conftest import documented_rbac, launch
+from tests.real.conftest import launch
+from tests.real.rbac import bind_documented, documented_rbac
 
 pytestmark = pytest.mark.timeout(900)  # the first test also starts a cluster and four Airflow components
 
@@ -53,7 +54,7 @@ def airflow(
     cluster: RealCluster, release_dir: Path, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Airflow]:
     """The deployment, its ``kubernetes_default`` the documented ServiceAccount in the Role's namespace."""
-    connection = connection_json(cluster.service_account_kubeconfig(*documented_rbac()), namespace)
+    connection = connection_json(bind_documented(cluster), namespace)
     env = {"REAL_E2E_RELEASE_DIR": str(release_dir)}
     with deploy_for(connection, tmp_path_factory, DAG_FILES, env=env) as deployment:
         yield deployment

@@ -452,19 +452,6 @@ class RealCluster:
         )
         return str(answer["status"]["token"])
 
-    def service_account_kubeconfig(self, role: dict[str, Any], binding: dict[str, Any]) -> Path:
-        """A kubeconfig for the one subject of ``binding``, a ServiceAccount, once its namespace, itself,
-        ``role`` and ``binding`` are created: an identity with exactly what ``role`` grants."""
-        (subject,) = binding["subjects"]
-        for name in {role["metadata"]["namespace"], subject["namespace"]}:
-            self.create_namespace(name)
-        account = {"name": subject["name"], "namespace": subject["namespace"]}
-        self.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": account})
-        self.apply(role)
-        self.apply(binding)
-        token = self.service_account_token(subject["namespace"], subject["name"])
-        return self.kubeconfig_for(f"system:serviceaccount:{subject['namespace']}:{subject['name']}", token)
-
     def wait_for(self, check: Any, timeout: float) -> Any:
         end = time.monotonic() + timeout
         while time.monotonic() < end:

@@ -215,7 +215,9 @@ class Kubelet:
         try:
             self.store.bind_pod(inst.namespace, inst.name, self.node_name)
         except ApiError as exc:
-            if exc.code == 409:  # another scheduler bound it first: not this node's pod
+            # 409: another scheduler bound it first, not this node's pod; 404: deleted before it was bound
+            # (an EDL or batch Job pod its controller removed a moment earlier): nothing to run either way.
+            if exc.code in (404, 409):
                 inst.alive = False
                 raise PodGone from exc
             raise
