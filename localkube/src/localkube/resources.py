@@ -93,6 +93,19 @@ ROLE_BINDINGS = ResourceType(
     RBAC_GROUP, "v1", "rolebindings", "RoleBinding", "rolebinding", subresources=frozenset(), builtin=True
 )
 
+# The built-in kinds whose metadata.generation kube-apiserver keeps (custom resources all have one).
+WITH_GENERATION: frozenset[ResourceType] = frozenset({PODS, BATCH_JOBS, REPLICASETS})
+# The kinds kube-apiserver answers a delete with the object (gone or not); others get a `Success` Status
+# when the object is gone at once.
+RETURN_DELETED: frozenset[ResourceType] = frozenset({PODS, SERVICES, SERVICE_ACCOUNTS, NAMESPACES})
+# The REST API's default propagationPolicy where it is not Background (batch/v1 Jobs keep their pods).
+DEFAULT_PROPAGATION: dict[ResourceType, str] = {BATCH_JOBS: "Orphan"}
+
+
+def has_generation(rt: ResourceType) -> bool:
+    return not rt.builtin or rt in WITH_GENERATION
+
+
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
     PODS,
     SERVICES,

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from localkube import resources as discovery
+from localkube.defaults import admit_create
+from localkube.errors import PUBLIC_PATHS, anonymous_forbidden
 from localkube.faults import (
     END_WATCH,
     EXPIRE_WATCH,
@@ -21,10 +23,11 @@ from localkube.faults import (
     is_watch,
 )
 from localkube.kubeletapi import kubelet_url, proxy_container_log
+from localkube.patches import APPLY
 from localkube.podlogs import container_of, serve_pod_log
 from localkube.resources import PODS, ResourceType
 from localkube.runtime.kubelet import NODE_NAME
-from localkube.store import ApiError, WatchEvent
+from localkube.store import ApiError, WatchEvent, now_rfc3339
 
 if TYPE_CHECKING:
     from localkube.cluster import LocalKube
@@ -124,7 +127,11 @@ class _Api:
 
     @web.middleware
     async def auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "")
+        given = request.headers.get("Authorization")
+        if given is None:  # anonymous: kube-apiserver authenticates system:anonymous, whom RBAC refuses
+            if request.path in PUBLIC_PATHS:
+                return await handler(request)
+            raise anonymous_forbidden(request.method, request.path, is_watch(request.query))
         if not hmac.compare_digest(given.encode(), f"Bearer {self.cluster.token}".encode()):
             raise ApiError(401, "Unauthorized", "Unauthorized")
         return await handler(request)
@@ -191,7 +198,7 @@ class _Api:
             return await self._watch(request, rt, namespace)
         if request.method == "GET":
             limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
-            items, rv, token = self.store.list_page(
+            page = self.store.list_page(
                 rt,
                 namespace,
                 query.get("labelSelector"),
@@ -199,12 +206,22 @@ class _Api:
                 limit,
                 query.get("continue"),
             )
-            meta = {"resourceVersion": rv, **({"continue": token} if token else {})}
+            meta: dict[str, Any] = {"resourceVersion": page.resource_version}
+            if page.continue_token:
+                meta.update({"continue": page.continue_token, "remainingItemCount": page.remaining})
+            elif not rt.builtin:  # kube-apiserver writes a custom resource list's empty token too
+                meta["continue"] = ""
             return json_response(
-                {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
+                {
+                    "kind": f"{rt.kind}List",
+                    "apiVersion": rt.api_version,
+                    "metadata": meta,
+                    "items": page.items,
+                }
             )
         if request.method == "POST" and (namespace is not None or not rt.namespaced):
             body = await self._body(request)
+            admit_create(rt, body)
             return json_response(self.store.create(rt, namespace or "", body), 201)
         if request.method == "DELETE":
             options = await self._body(request, optional=True)
@@ -239,6 +256,8 @@ class _Api:
             )
         if request.method == "PATCH":
             body = await request.read()
+            if _is_apply(request) and not request.query.get("fieldManager"):
+                raise _FIELD_MANAGER_REQUIRED
             patched = self.store.patch(
                 rt, namespace, name, body, request.headers.get("Content-Type", ""), subresource
             )
@@ -246,10 +265,12 @@ class _Api:
         if request.method == "DELETE" and subresource is None:
             options = await self._body(request, optional=True)
             preconditions = options.get("preconditions") or {}
-            deleted = self.store.delete(rt, namespace, name, _policy(request.query, options), preconditions)
+            policy = _policy(request.query, options) or discovery.DEFAULT_PROPAGATION.get(rt)
+            deleted = self.store.delete(rt, namespace, name, policy, preconditions)
+            kept = _exists(self, rt, namespace, name)
             # the real server answers 202 only for a kept object whose request set orphanDependents=false
-            accepted = options.get("orphanDependents") is False and _exists(self, rt, namespace, name)
-            return json_response(deleted, 202 if accepted else 200)
+            accepted = options.get("orphanDependents") is False and kept
+            return json_response(_delete_answer(rt, deleted, policy, kept), 202 if accepted else 200)
         raise ApiError(
             405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
         )
@@ -270,9 +291,13 @@ class _Api:
     async def _pod_log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
         """From this process's pod runtime, or proxied to the kubelet of the registered node the pod is on."""
         pod = self.store.get(PODS, namespace, name)
+        container = container_of(pod, request.query.get("container"))
         own_node = NODE_NAME if self.cluster.runtime not in (None, "none") else None
+        if own_node and not (pod.get("spec") or {}).get("nodeName"):
+            # kube-apiserver: no node yet, no kubelet to ask, no log (without a runtime, the test writing
+            # the logs is every pod's kubelet)
+            return web.Response(status=204)
         if url := kubelet_url(self.store, pod, own_node):
-            container = container_of(pod, request.query.get("container"))
             return await proxy_container_log(request, url, pod, container)
         return await serve_pod_log(request, pod, self.cluster.logs, request.query.get("container"))
 
@@ -425,6 +450,52 @@ def _exists(api: _Api, rt: ResourceType, namespace: str, name: str) -> bool:
     except ApiError:
         return False
     return True
+
+
+_FIELD_MANAGER_REQUIRED = ApiError(
+    422,
+    "Invalid",
+    'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+    {
+        "group": "meta.k8s.io",
+        "kind": "PatchOptions",
+        "causes": [
+            {
+                "reason": "FieldValueRequired",
+                "message": "Required value: is required for apply patch",
+                "field": "fieldManager",
+            }
+        ],
+    },
+)
+
+
+def _is_apply(request: web.Request) -> bool:
+    return request.headers.get("Content-Type", "").split(";")[0].strip().lower() == APPLY
+
+
+_GC_FINALIZERS = {"Orphan": "orphan", "Foreground": "foregroundDeletion"}
+
+
+def _delete_answer(rt: ResourceType, deleted: dict, policy: str | None, kept: bool) -> dict:
+    """What kube-apiserver answers a delete: the object when it is kept (finalizers; with Orphan or
+    Foreground the garbage collector's finalizer, which it answers with before the collector runs, as
+    localkube's synchronous collection has finished) or is of a kind that answers with it, else a
+    `Success` Status."""
+    gc_finalizer = _GC_FINALIZERS.get(policy or "")
+    if gc_finalizer:
+        meta = deleted["metadata"]
+        if gc_finalizer not in (meta.get("finalizers") or []):
+            meta["finalizers"] = [*(meta.get("finalizers") or []), gc_finalizer]
+        meta.setdefault("deletionTimestamp", now_rfc3339())
+        meta.setdefault("deletionGracePeriodSeconds", 0)
+    if kept or gc_finalizer or rt in discovery.RETURN_DELETED:
+        return deleted
+    details = {"name": deleted["metadata"]["name"], "group": rt.group, "kind": rt.plural}
+    if not rt.group:
+        del details["group"]
+    details["uid"] = deleted["metadata"]["uid"]
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
 
 def _policy(query: Any, options: dict) -> str | None:
