@@ -103,6 +103,8 @@ def test_discovery(api_client: client.ApiClient) -> None:
     core = {r.name: r for r in client.CoreV1Api(api_client).get_api_resources().resources}
     assert {"pods", "pods/status", "pods/log", "services", "events", "configmaps"} <= set(core)
     assert core["pods"].short_names == ["po"] and "deletecollection" in core["pods"].verbs
+    assert "deletecollection" not in core["namespaces"].verbs
+    assert (core["pods/binding"].kind, core["pods/binding"].verbs) == ("Binding", ["create"])
     kubeflow = client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
     names = {r.name: r for r in kubeflow.resources}
     assert names["pytorchjobs"].kind == "PyTorchJob" and names["pytorchjobs"].namespaced

@@ -232,6 +232,19 @@ def test_the_node_lease_namespace_may_be_deleted(kube: LocalKube, core: client.C
     assert [ns.metadata.name for ns in core.list_namespace().items] == SYSTEM[:1] + SYSTEM[2:]
 
 
+def test_namespaces_are_deleted_one_at_a_time(api_client: client.ApiClient) -> None:
+    """No deletecollection (the clients have no method for it either)."""
+    with pytest.raises(ApiException) as refused:
+        api_client.call_api(
+            "/api/v1/namespaces",
+            "DELETE",
+            query_params=[("labelSelector", "nothing=here")],
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+    assert (refused.value.status, json.loads(refused.value.body)["reason"]) == (405, "MethodNotAllowed")
+
+
 def test_wrong_scope_paths_are_not_found(api_client: client.ApiClient) -> None:
     for path in ("/api/v1/namespaces/default/namespaces/team", "/api/v1/secrets/creds"):
         with pytest.raises(ApiException) as exc:

@@ -107,8 +107,8 @@ def test_too_old_version_gets_410_then_relist_works(custom: client.CustomObjects
 
 
 def test_bookmarks_carry_a_resumable_version(custom: client.CustomObjectsApi, ns: str) -> None:
-    """kube-apiserver sends a bookmark 2 s before a watch's timeout (else once a minute); localkube's
-    fixture every 0.2 s."""
+    """Both mark the end of the initial events with a bookmark (later ones come at the server's discretion:
+    localkube's fixture every 0.2 s)."""
     create(custom, ns, "a")
     w = watch.Watch()
     seen = []
@@ -124,7 +124,9 @@ def test_bookmarks_carry_a_resumable_version(custom: client.CustomObjectsApi, ns
         seen.append(event["type"])
         if event["type"] == "BOOKMARK":
             assert event["raw_object"]["kind"] == "TFJob"
-            assert set(event["raw_object"]["metadata"]) <= {"resourceVersion", "annotations"}
+            meta = event["raw_object"]["metadata"]  # the end of the initial events (the current objects)
+            assert set(meta) == {"resourceVersion", "annotations"}
+            assert meta["annotations"] == {"k8s.io/initial-events-end": "true"}
             w.stop()
     assert seen == ["ADDED", "BOOKMARK"]
     create(custom, ns, "b")

@@ -189,6 +189,12 @@ VERSION = {
 }
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"], "binding": ["create"]}
+_SUBRESOURCE_KINDS = {"binding": "Binding"}
+
+
+def verbs_of(rt: ResourceType) -> list[str]:
+    """What discovery lists for `rt` (kube-apiserver deletes namespaces one at a time only)."""
+    return [v for v in VERBS if v != "deletecollection"] if rt == NAMESPACES else VERBS
 
 
 def api_versions(server_address: str) -> dict:
@@ -237,7 +243,7 @@ def resource_list(types: list[ResourceType], group_name: str, version: str) -> d
             "singularName": rt.singular,
             "namespaced": rt.namespaced,
             "kind": rt.kind,
-            "verbs": VERBS,
+            "verbs": verbs_of(rt),
         }
         if rt.short_names:
             entry["shortNames"] = list(rt.short_names)
@@ -247,7 +253,7 @@ def resource_list(types: list[ResourceType], group_name: str, version: str) -> d
                 "name": f"{rt.plural}/{sub}",
                 "singularName": "",
                 "namespaced": rt.namespaced,
-                "kind": rt.kind,
+                "kind": _SUBRESOURCE_KINDS.get(sub, rt.kind),
                 "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
             }
             for sub in sorted(rt.subresources)

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _NOT_FOUND = ApiError(404, "NotFound", "the server could not find the requested resource")
+_NOT_ALLOWED = ApiError(
+    405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {}
+)
 
 
 @dataclass
@@ -142,9 +145,7 @@ class _Api:
         if parts in (["version"], ["healthz"], ["readyz"], ["livez"]):
             return self._simple(request, parts[0])
         if request.method != "GET" and len(parts) <= (2 if parts[:1] == ["api"] else 3):  # discovery
-            raise ApiError(
-                405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-            )
+            raise _NOT_ALLOWED
         if parts == ["api"]:
             return json_response(discovery.api_versions(request.host))
         if parts == ["apis"]:
@@ -223,7 +224,7 @@ class _Api:
             body = await self._body(request)
             admit_create(rt, body)
             return json_response(self.store.create(rt, namespace or "", body), 201)
-        if request.method == "DELETE":
+        if request.method == "DELETE" and "deletecollection" in discovery.verbs_of(rt):
             options = await self._body(request, optional=True)
             items = self.store.delete_collection(
                 rt, namespace, query.get("labelSelector"), query.get("fieldSelector"), _policy(query, options)
@@ -236,9 +237,7 @@ class _Api:
                     "items": items,
                 }
             )
-        raise ApiError(
-            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-        )
+        raise _NOT_ALLOWED
 
     async def _object(
         self,
@@ -271,9 +270,7 @@ class _Api:
             # the real server answers 202 only for a kept object whose request set orphanDependents=false
             accepted = options.get("orphanDependents") is False and kept
             return json_response(_delete_answer(rt, deleted, policy, kept), 202 if accepted else 200)
-        raise ApiError(
-            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-        )
+        raise _NOT_ALLOWED
 
     async def _subresource(
         self, request: web.Request, rt: ResourceType, namespace: str, name: str, sub: str
@@ -282,9 +279,7 @@ class _Api:
             raise _NOT_FOUND
         if sub in ("log", "binding"):
             if request.method != ("GET" if sub == "log" else "POST"):
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
+                raise _NOT_ALLOWED
             return await (self._pod_log if sub == "log" else self._binding)(request, namespace, name)
         return await self._object(request, rt, namespace, name, sub)
 
@@ -360,7 +355,7 @@ class _Api:
             for event in initial:
                 if translated := _translate(event, predicate):
                     await response.write(_watch_frame(*translated))
-            if bookmarks and query.get("sendInitialEvents", "").lower() == "true":
+            if bookmarks and _ends_initial_events(query):
                 await response.write(self._bookmark(rt, sub.last_rv, initial_end=True))
             await self._stream(response, rt, sub, predicate, deadline, bookmarks, clean_end=ended is None)
             await response.write_eof()
@@ -496,6 +491,14 @@ def _delete_answer(rt: ResourceType, deleted: dict, policy: str | None, kept: bo
         del details["group"]
     details["uid"] = deleted["metadata"]["uid"]
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def _ends_initial_events(query: Any) -> bool:
+    """Whether kube-apiserver marks the end of a watch's initial events with a bookmark (when bookmarks are
+    allowed): asked to (`sendInitialEvents=true`), or a watch without a resourceVersion (or "0"), which
+    starts with the current objects."""
+    send = query.get("sendInitialEvents", "").lower()
+    return send == "true" or (send != "false" and query.get("resourceVersion") in (None, "", "0"))
 
 
 def _policy(query: Any, options: dict) -> str | None:
