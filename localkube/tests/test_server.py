@@ -231,6 +231,11 @@ def test_limit_and_continue(custom: client.CustomObjectsApi, ns: str) -> None:
     with pytest.raises(ApiException) as garbled:
         custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, limit=2, _continue="garbage!")
     assert garbled.value.status == 400 and status_of(garbled)["reason"] == "BadRequest"
+    with pytest.raises(ApiException) as bad_limit:
+        custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, limit="two")
+    assert status_of(bad_limit)["message"] == 'strconv.ParseInt: parsing "two": invalid syntax'
+    unlimited = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, limit=0)
+    assert names_of(unlimited) == ["a", "b", "c"] and unlimited["metadata"]["continue"] == ""
 
 
 def test_patches(custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str) -> None:
@@ -306,6 +311,13 @@ def test_replace_with_stale_version_conflicts(custom: client.CustomObjectsApi, n
     assert status_of(conflict)["message"] == (
         'Operation cannot be fulfilled on pytorchjobs.kubeflow.org "a": the object has been modified; '
         "please apply your changes to the latest version and try again"
+    )
+    unconditional = dict(fresh, metadata={"name": "a"})
+    with pytest.raises(ApiException) as no_version:
+        custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "a", unconditional)
+    assert no_version.value.status == 422 and status_of(no_version)["message"] == (
+        'pytorchjobs.kubeflow.org "a" is invalid: metadata.resourceVersion: Invalid value: 0: must be '
+        "specified for an update"
     )
 
 

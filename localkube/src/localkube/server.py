@@ -198,7 +198,7 @@ class _Api:
         if request.method == "GET" and is_watch(query):
             return await self._watch(request, rt, namespace)
         if request.method == "GET":
-            limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
+            limit = _limit(query.get("limit"))
             page = self.store.list_page(
                 rt,
                 namespace,
@@ -250,9 +250,10 @@ class _Api:
         if request.method == "GET":
             return json_response(self.store.get(rt, namespace, name))
         if request.method == "PUT":
-            return json_response(
-                self.store.replace(rt, namespace, name, await self._body(request), subresource)
-            )
+            body = await self._body(request)
+            if not rt.builtin and not (body.get("metadata") or {}).get("resourceVersion"):
+                raise _unconditional_update(rt, name)  # custom resources allow no unconditional update
+            return json_response(self.store.replace(rt, namespace, name, body, subresource))
         if request.method == "PATCH":
             body = await request.read()
             if _is_apply(request) and not request.query.get("fieldManager"):
@@ -491,6 +492,33 @@ def _delete_answer(rt: ResourceType, deleted: dict, policy: str | None, kept: bo
         del details["group"]
     details["uid"] = deleted["metadata"]["uid"]
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def _limit(value: str | None) -> int | None:
+    """A list's `limit` (0 or less: no limit), 400 unless it is an integer, as kube-apiserver parses it."""
+    if value is None:
+        return None
+    try:
+        return max(int(value), 0) or None
+    except ValueError:
+        raise ApiError.bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
+
+
+def _unconditional_update(rt: ResourceType, name: str) -> ApiError:
+    message = "Invalid value: 0: must be specified for an update"
+    return ApiError(
+        422,
+        "Invalid",
+        f'{rt.key} "{name}" is invalid: metadata.resourceVersion: {message}',
+        {
+            "name": name,
+            "group": rt.group,
+            "kind": rt.plural,
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": message, "field": "metadata.resourceVersion"}
+            ],
+        },
+    )
 
 
 def _ends_initial_events(query: Any) -> bool:
