@@ -180,7 +180,9 @@ def test_follow_streams_until_the_container_ends(core: client.CoreV1Api, ns: str
     response = core.read_namespaced_pod_log("p", ns, follow=True, _preload_content=False)
     received = b"".join(response.stream(64))  # ends when the container does
     assert received.decode() == "before\nduring 1\nduring 2\n"
-    assert core.read_namespaced_pod("p", ns).status.phase == "Succeeded"
+    wait_for(
+        lambda: core.read_namespaced_pod("p", ns).status.phase == "Succeeded"
+    )  # the kubelet's next write
 
 
 def running(core: client.CoreV1Api, pod: str, ns: str) -> bool:

@@ -240,44 +240,40 @@ def test_limit_and_continue(custom: client.CustomObjectsApi, ns: str) -> None:
 
 def test_patches(custom: client.CustomObjectsApi, core: client.CoreV1Api, ns: str) -> None:
     create(custom, pytorchjob("a", keep="1", drop="2"), ns)
-    merged = custom.patch_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, "a", {"metadata": {"labels": {"drop": None, "new": "3"}}}
-    )
+
+    def patch(body: object, media: str = "application/merge-patch+json") -> dict:
+        # 36.x sends a list body as merge-patch unless told the type
+        return custom.patch_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, "a", body, _content_type=media
+        )
+
+    merged = patch({"metadata": {"labels": {"drop": None, "new": "3"}}})
     assert merged["metadata"]["labels"] == {"keep": "1", "new": "3"}
-    patched = custom.patch_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        ns,
-        PLURAL,
-        "a",
-        [{"op": "replace", "path": "/spec/pytorchReplicaSpecs/Master/replicas", "value": 2}],
-        _content_type="application/json-patch+json",  # 36.x sends a list body as merge-patch otherwise
-    )
+    replicas = "/spec/pytorchReplicaSpecs/Master/replicas"
+    patched = patch([{"op": "replace", "path": replicas, "value": 2}], "application/json-patch+json")
     assert patched["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 2
     assert patched["metadata"]["generation"] == 2
     with pytest.raises(ApiException) as failed_test:
-        custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            ns,
-            PLURAL,
-            "a",
-            [{"op": "test", "path": "/spec/pytorchReplicaSpecs/Master/replicas", "value": 5}],
-            _content_type="application/json-patch+json",
-        )
-    assert failed_test.value.status == 422 and status_of(failed_test)["reason"] == "Invalid"
+        patch([{"op": "test", "path": replicas, "value": 5}], "application/json-patch+json")
+    assert status_of(failed_test) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server rejected our request due to an error in our request",
+        "reason": "Invalid",
+        "details": {},
+        "code": 422,
+    }
     with pytest.raises(ApiException) as refused:
-        custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            ns,
-            PLURAL,
-            "a",
-            {"spec": {}},
-            _content_type="application/strategic-merge-patch+json",
-        )
+        patch({"spec": {}}, "application/strategic-merge-patch+json")
     assert refused.value.status == 415 and status_of(refused)["reason"] == "UnsupportedMediaType"
     assert "accepted media types include" in status_of(refused)["message"]
+    with pytest.raises(ApiException) as no_manager:
+        patch({"metadata": {"labels": {"applied": "yes"}}}, "application/apply-patch+yaml")
+    assert no_manager.value.status == 422 and status_of(no_manager)["details"]["causes"][0]["field"] == (
+        "fieldManager"
+    )
     core.create_namespaced_config_map(ns, {"metadata": {"name": "cm"}, "data": {"a": "1"}})
     cm = core.patch_namespaced_config_map("cm", ns, {"data": {"b": "2"}})
     assert cm.data == {"a": "1", "b": "2"}
@@ -408,12 +404,13 @@ def test_delete_orphan_keeps_children(
 ) -> None:
     ref = owner_reference(create(custom, pytorchjob("a"), ns))
     core.create_namespaced_config_map(ns, {"metadata": {"name": "kept", "ownerReferences": [ref]}})
-    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "a", propagation_policy="Orphan")
-    # the garbage collector removes the reference, then the owner (held by the orphan finalizer until then)
-    wait_for(lambda: core.read_namespaced_config_map("kept", ns).metadata.owner_references is None)
-    with pytest.raises(ApiException) as gone:
-        custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "a")
-    assert gone.value.status == 404
+    answer = custom.delete_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, "a", propagation_policy="Orphan"
+    )
+    assert answer["kind"] == "PyTorchJob" and answer["metadata"]["finalizers"] == ["orphan"]
+    # the garbage collector removes the reference, then the orphan finalizer, and the owner is gone
+    wait_for(lambda: not names_of(custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)))
+    assert core.read_namespaced_config_map("kept", ns).metadata.owner_references is None
 
 
 def test_call_runs_on_the_cluster_loop(kube: LocalKube) -> None:

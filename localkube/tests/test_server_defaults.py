@@ -11,6 +11,8 @@ from localkube.cluster import LocalKube
 from localkube.defaults import JOB_NAME_LABEL, JOB_UID_LABEL
 from localkube.resources import REPLICASETS
 
+from tests.operators.harness import wait_for
+
 
 def _template(labels: dict[str, str], restart_policy: str | None = None) -> client.V1PodTemplateSpec:
     return client.V1PodTemplateSpec(
@@ -45,9 +47,18 @@ def test_replica_set_comes_back_with_replicas_and_template_defaults(
     assert container.ports[0].protocol == "TCP"
     assert pod_spec.service_account_name is None  # admission fills pods in, not templates
 
-    current = apps.read_namespaced_replica_set("pserver", ns)
-    current.spec.replicas = 3
-    replaced = apps.replace_namespaced_replica_set("pserver", ns, current)
+    def scaled() -> client.V1ReplicaSet | None:
+        """Read, change, replace: again after a 409 (kube-controller-manager writes the status meanwhile)."""
+        current = apps.read_namespaced_replica_set("pserver", ns)
+        current.spec.replicas = 3
+        try:
+            return apps.replace_namespaced_replica_set("pserver", ns, current)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return None
+
+    replaced = wait_for(scaled)
     assert replaced.spec.replicas == 3 and replaced.metadata.generation == 2
 
 

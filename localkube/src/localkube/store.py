@@ -223,8 +223,8 @@ class Store:
                 if self._objects.get(rt, ("", name)) is None:
                     self.create(rt, "", {"metadata": {"name": name}})
             if rt == SERVICE_ACCOUNTS:
-                for name, _ in list(self._iter(NAMESPACES, None)):
-                    self._default_service_account(name[1])
+                for (_, namespace), _ in list(self._iter(NAMESPACES, None)):
+                    self._default_service_account(namespace)
 
     def _default_service_account(self, namespace: str) -> None:
         """What kube-controller-manager's service account controller makes in every namespace (at once
