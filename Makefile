@@ -45,10 +45,12 @@ test: $(STAMP) ui-test chromium
 
 # tests/real against a real control plane: etcd, kube-apiserver and kube-controller-manager built from Go
 # modules by scripts/realkube/build.sh (cached by version under ~/.cache/airflow-provider-training/k8s; see
-# docs/testing.md for the first build's time), localkube's agent as the operators and the kubelet.
+# docs/testing.md for the first build's time), localkube's agent as the operators and the kubelet; and
+# localkube's own API tests against that real server (their `real` parameter: `-m real` leaves out the
+# localkube one, which `make test` runs).
 test-real: $(STAMP)
 	bin=$$(nice -n 10 scripts/realkube/build.sh) && \
-	REALKUBE_BIN=$$bin $(BIN)/python -m pytest -q -p no:cacheprovider tests/real $(PYTEST_ARGS)
+	REALKUBE_BIN=$$bin $(BIN)/python -m pytest -q -p no:cacheprovider -m real tests/real localkube/tests $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_provider_training localkube tests benchmarks example_dags scripts

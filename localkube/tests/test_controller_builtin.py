@@ -269,7 +269,11 @@ def test_a_pod_or_template_without_containers_is_refused(tmp_path: Path, kind: s
                 },
             ),
             "Job.batch": lambda: client.BatchV1Api(kube.api).create_namespaced_job(
-                "default", {"metadata": {"name": "empty"}, "spec": {"template": template}}
+                "default",
+                {
+                    "metadata": {"name": "empty"},
+                    "spec": {"template": {**template, "spec": {"containers": [], "restartPolicy": "Never"}}},
+                },
             ),
         }[kind]
         with pytest.raises(client.ApiException) as info:

@@ -120,8 +120,9 @@ def test_example_creates_the_documented_children_and_never_writes_status(kube: K
     trainer = wait_job(kube, "example-trainer", lambda j: job_condition(j) is not None)
     assert job_condition(trainer) == ("Complete", "CompletionsReached")
     assert trainer.status.succeeded == 2
-    # The controller sets no labels; batch/v1 defaulting in the apiserver copies the template's, if any.
-    assert trainer.metadata.labels in (None, {"paddle-job": "example"})
+    # The controller sets no labels; kube-apiserver copies the template's, with the selector's it generated.
+    assert trainer.metadata.labels == trainer.spec.template.metadata.labels
+    assert trainer.metadata.labels["paddle-job"] == "example" and "job-name" in trainer.metadata.labels
     assert trainer.metadata.owner_references is None
     assert (trainer.spec.parallelism, trainer.spec.completions) == (2, None)
     template = trainer.spec.template

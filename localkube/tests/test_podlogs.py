@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import socket
-import threading
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
 import kubernetes_asyncio
 import pytest
+from conftest import Server
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localkube.cluster import LocalKube
 from localkube.resources import PODS
+from localkube.runtime.script import ANNOTATION
 
 from tests.operators.harness import wait_for
 
@@ -35,61 +36,123 @@ def make_pod(kube: LocalKube, name: str, *containers: str) -> None:
     )
 
 
-def read(core: client.CoreV1Api, pod: str, **kwargs: object) -> str:
+def scripted_pod(core: client.CoreV1Api, ns: str, name: str, script: dict, *containers: str) -> None:
+    """A pod the kubelet (localkube's scripted runtime, or the agent's behind the real server) runs as
+    ``script`` says."""
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": name, "annotations": {ANNOTATION: json.dumps(script)}},
+            "spec": {
+                "restartPolicy": "OnFailure",
+                "containers": [{"name": c, "image": "busybox"} for c in containers or ("main",)],
+            },
+        },
+    )
+
+
+def read(core: client.CoreV1Api, pod: str, namespace: str = NS, **kwargs: object) -> str:
     """Read as bytes (kubernetes 36 returns the repr of bytes otherwise) and decode."""
-    response = core.read_namespaced_pod_log(pod, NS, _preload_content=False, **kwargs)
+    response = core.read_namespaced_pod_log(pod, namespace, _preload_content=False, **kwargs)
+    if response.status == 204:  # no node yet: no kubelet to ask (kube-apiserver; localkube with a runtime)
+        assert response.data == b""
+        return ""
     assert response.headers["Content-Type"].startswith("text/plain")
     return response.data.decode()
+
+
+def read_when(core: client.CoreV1Api, pod: str, ns: str, text: str, **kwargs: object) -> str:
+    """The log once it reads ``text`` (the container started and wrote it)."""
+
+    def ready() -> str | None:
+        try:
+            log = read(core, pod, ns, **kwargs)
+        except ApiException as exc:
+            if exc.status == 400 and "waiting to start" in json.loads(exc.body)["message"]:
+                return None
+            raise
+        return log if log == text else None
+
+    return str(wait_for(ready))
 
 
 def error_of(exc: pytest.ExceptionInfo[ApiException]) -> tuple[int, str]:
     return exc.value.status, json.loads(exc.value.body)["message"]
 
 
-def test_read_tail_and_limit(kube: LocalKube, core: client.CoreV1Api) -> None:
-    make_pod(kube, "p", "main")
-    kube.logs.start_container(NS, "p", "main")
-    kube.logs.write(NS, "p", "main", "one\ntwo\nthree\n")
-    assert read(core, "p") == "one\ntwo\nthree\n"
-    assert read(core, "p", container="main", tail_lines=2) == "two\nthree\n"
-    assert read(core, "p", limit_bytes=5) == "one\nt"
+RUNNING = {"default": {"duration": None, "logs": ["one", "two", "three"]}}  # then runs until deleted
 
 
-def test_timestamps_and_since(kube: LocalKube, core: client.CoreV1Api) -> None:
-    make_pod(kube, "p", "main")
-    kube.logs.write(NS, "p", "main", "hello")
-    stamped = read(core, "p", timestamps=True)
+@pytest.mark.kube_runtime("scripted")
+def test_read_tail_and_limit(core: client.CoreV1Api, ns: str) -> None:
+    scripted_pod(core, ns, "p", RUNNING)
+    assert read_when(core, "p", ns, "one\ntwo\nthree\n") == "one\ntwo\nthree\n"
+    assert read(core, "p", ns, container="main", tail_lines=2) == "two\nthree\n"
+    assert read(core, "p", ns, limit_bytes=5) == "one\nt"
+
+
+@pytest.mark.kube_runtime("scripted")
+def test_timestamps_and_since(server: Server, core: client.CoreV1Api, ns: str) -> None:
+    scripted_pod(core, ns, "p", {"default": {"duration": None, "logs": ["hello"]}})
+    read_when(core, "p", ns, "hello\n")
+    stamped = read(core, "p", ns, timestamps=True)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z hello\n", stamped)
+    assert read(core, "p", ns, since_seconds=3600) == "hello\n"
     future = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert read(core, "p", since_seconds=3600) == "hello\n"
-    url = f"{kube.url}/api/v1/namespaces/{NS}/pods/p/log?sinceTime={future}"
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {kube.token}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.read() == b""
+    assert server.get(f"/api/v1/namespaces/{ns}/pods/p/log?sinceTime={future}") == b""
 
 
-def test_previous_instance_after_restart(kube: LocalKube, core: client.CoreV1Api) -> None:
-    make_pod(kube, "p", "main")
-    kube.logs.start_container(NS, "p", "main")
-    kube.logs.write(NS, "p", "main", "first run\n")
+@pytest.mark.kube_runtime("scripted")
+def test_previous_instance_after_restart(core: client.CoreV1Api, ns: str) -> None:
+    first, second = {"exit_code": 1, "logs": ["first run"]}, {"duration": None, "logs": ["second run"]}
+    scripted_pod(core, ns, "p", {"default": {"attempts": [first, second]}})
+    assert read_when(core, "p", ns, "second run\n") == "second run\n"
+    assert read(core, "p", ns, previous=True) == "first run\n"
+    scripted_pod(core, ns, "once", RUNNING)
+    read_when(core, "once", ns, "one\ntwo\nthree\n")
     with pytest.raises(ApiException) as none_yet:
-        read(core, "p", previous=True)
-    assert error_of(none_yet) == (400, 'previous terminated container "main" in pod "p" not found')
-    kube.logs.close_container(NS, "p", "main")
-    kube.logs.start_container(NS, "p", "main")
-    kube.logs.write(NS, "p", "main", "second run\n")
-    assert read(core, "p") == "second run\n"
-    assert read(core, "p", previous=True) == "first run\n"
+        read(core, "once", ns, previous=True)
+    # kube-apiserver relays the kubelet's error as the message (the agent's, a Status of its own, quoted)
+    code, message = error_of(none_yet)
+    assert code == 400 and re.search(
+        r'previous terminated container \\?"main\\?" in pod \\?"once\\?"', message
+    )
 
 
-def test_waiting_and_wrong_container_errors(kube: LocalKube, core: client.CoreV1Api) -> None:
-    make_pod(kube, "p", "main", "sidecar")
+@pytest.mark.kube_runtime("scripted")
+def test_container_errors(core: client.CoreV1Api, ns: str) -> None:
+    scripted_pod(core, ns, "p", RUNNING, "main", "sidecar")
     with pytest.raises(ApiException) as ambiguous:
-        read(core, "p")
+        read(core, "p", ns)
     assert error_of(ambiguous) == (
         400,
         "a container name must be specified for pod p, choose one of: [main sidecar]",
     )
+    with pytest.raises(ApiException) as unknown:
+        read(core, "p", ns, container="nope")
+    assert error_of(unknown) == (400, "container nope is not valid for pod p")
+    with pytest.raises(ApiException) as missing:
+        read(core, "ghost", ns)
+    assert missing.value.status == 404
+    assert json.loads(missing.value.body)["message"] == 'pods "ghost" not found'
+
+
+@pytest.mark.kube_runtime("scripted")
+def test_a_pod_no_node_has_yet_has_an_empty_log(core: client.CoreV1Api, ns: str) -> None:
+    """kube-apiserver answers 204 No Content: there is no kubelet to ask (the scheduler holds the pod)."""
+    scripted_pod(core, ns, "p", {"default": {"pending": "Unschedulable"}}, "main", "sidecar")
+    wait_for(lambda: core.read_namespaced_pod("p", ns).status.conditions)  # held: PodScheduled False
+    assert core.read_namespaced_pod("p", ns).spec.node_name is None
+    response = core.read_namespaced_pod_log("p", ns, container="main", _preload_content=False)
+    assert (response.status, response.data) == (204, b"")
+    with pytest.raises(ApiException) as unknown:  # the container is checked first
+        read(core, "p", ns, container="nope")
+    assert error_of(unknown) == (400, "container nope is not valid for pod p")
+
+
+def test_waiting_containers(kube: LocalKube, core: client.CoreV1Api) -> None:
+    """Without a runtime, the test is every pod's kubelet: a pod's containers are waiting until it writes."""
+    make_pod(kube, "p", "main", "sidecar")
     with pytest.raises(ApiException) as creating:
         read(core, "p", container="main")
     assert error_of(creating) == (400, 'container "main" in pod "p" is waiting to start: ContainerCreating')
@@ -107,53 +170,41 @@ def test_waiting_and_wrong_container_errors(kube: LocalKube, core: client.CoreV1
     with pytest.raises(ApiException) as pulling:
         read(core, "p", container="main")
     assert error_of(pulling)[1].endswith("is waiting to start: ImagePullBackOff")
-    with pytest.raises(ApiException) as unknown:
-        read(core, "p", container="nope")
-    assert error_of(unknown) == (400, "container nope is not valid for pod p")
-    with pytest.raises(ApiException) as missing:
-        read(core, "ghost")
-    assert missing.value.status == 404
 
 
-def test_follow_streams_until_the_container_ends(kube: LocalKube, core: client.CoreV1Api) -> None:
-    make_pod(kube, "p", "main")
-    kube.logs.write(NS, "p", "main", "before\n")
-    response = core.read_namespaced_pod_log("p", NS, follow=True, _preload_content=False)
-    received: list[bytes] = []
-    first_chunk = threading.Event()
-
-    def consume() -> None:
-        for chunk in response.stream(64):
-            received.append(chunk)
-            first_chunk.set()
-
-    reader = threading.Thread(target=consume)
-    reader.start()
-    assert first_chunk.wait(10)
-    kube.logs.write(NS, "p", "main", "during 1\nduring 2\n")
-    kube.logs.close_container(NS, "p", "main")
-    reader.join(10)
-    assert not reader.is_alive()
-    assert b"".join(received).decode() == "before\nduring 1\nduring 2\n"
+@pytest.mark.kube_runtime("scripted")
+def test_follow_streams_until_the_container_ends(core: client.CoreV1Api, ns: str) -> None:
+    script = {"default": {"duration": 1.0, "logs": ["before", "during 1", "during 2"]}}
+    scripted_pod(core, ns, "p", script)
+    wait_for(lambda: read(core, "p", ns).startswith("before\n") if running(core, "p", ns) else None)
+    response = core.read_namespaced_pod_log("p", ns, follow=True, _preload_content=False)
+    received = b"".join(response.stream(64))  # ends when the container does
+    assert received.decode() == "before\nduring 1\nduring 2\n"
+    wait_for(
+        lambda: core.read_namespaced_pod("p", ns).status.phase == "Succeeded"
+    )  # the kubelet's next write
 
 
-async def test_async_client_reads_and_follows(kube: LocalKube, kubeconfig: Path) -> None:
-    make_pod(kube, "p", "main")
-    kube.logs.write(NS, "p", "main", "hello\nworld\n")
+def running(core: client.CoreV1Api, pod: str, ns: str) -> bool:
+    return core.read_namespaced_pod(pod, ns).status.phase == "Running"
+
+
+@pytest.mark.kube_runtime("scripted")
+async def test_async_client_reads_and_follows(core: client.CoreV1Api, kubeconfig: Path, ns: str) -> None:
+    scripted_pod(core, ns, "p", {"default": {"duration": 1.0, "logs": ["hello", "world", "more"]}})
+    await asyncio.to_thread(wait_for, lambda: running(core, "p", ns) and read(core, "p", ns))
     configuration = kubernetes_asyncio.client.Configuration()
     await kubernetes_asyncio.config.load_kube_config(
         config_file=str(kubeconfig), client_configuration=configuration
     )
     async with kubernetes_asyncio.client.ApiClient(configuration) as api:
-        core = kubernetes_asyncio.client.CoreV1Api(api)
-        assert await core.read_namespaced_pod_log("p", NS) == "hello\nworld\n"
-        response = await core.read_namespaced_pod_log(
-            "p", NS, follow=True, timestamps=True, _preload_content=False
+        acore = kubernetes_asyncio.client.CoreV1Api(api)
+        assert (await acore.read_namespaced_pod_log("p", ns)).startswith("hello\n")
+        response = await acore.read_namespaced_pod_log(
+            "p", ns, follow=True, timestamps=True, _preload_content=False
         )
         first = await response.content.readline()
         assert first.decode().endswith("Z hello\n")
-        kube.logs.write(NS, "p", "main", "more")
-        kube.logs.close_container(NS, "p", "main")
         rest = (await response.content.read()).decode().splitlines()
         assert [line.split(" ", 1)[1] for line in rest] == ["world", "more"]
 

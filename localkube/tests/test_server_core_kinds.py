@@ -8,11 +8,13 @@ import logging
 import urllib.request
 
 import pytest
+from conftest import Server
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from localkube.cluster import LocalKube
 
 from localkube import defaults
+from tests.operators.harness import wait_for
 
 VALUE = "hunter2-do-not-log"
 ENCODED = base64.b64encode(VALUE.encode()).decode()
@@ -30,35 +32,60 @@ def test_discovery_lists_the_core_kinds_and_rbac(api_client: client.ApiClient) -
     groups = {g.name for g in client.ApisApi(api_client).get_api_versions().groups}
     assert "rbac.authorization.k8s.io" in groups
     rbac = client.RbacAuthorizationV1Api(api_client).get_api_resources()
-    assert {(r.name, r.kind, r.namespaced) for r in rbac.resources} == {
+    assert {(r.name, r.kind, r.namespaced) for r in rbac.resources} >= {
         ("roles", "Role", True),
         ("rolebindings", "RoleBinding", True),
     }
 
 
-def test_secret_string_data_is_written_into_data(core: client.CoreV1Api) -> None:
+def test_secret_string_data_is_written_into_data(core: client.CoreV1Api, ns: str) -> None:
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(name="creds"), data={"user": b64("alice")}, string_data={"token": VALUE}
     )
-    created = core.create_namespaced_secret("default", body)
+    created = core.create_namespaced_secret(ns, body)
     assert created.type == "Opaque" and created.string_data is None
     assert created.data == {"user": b64("alice"), "token": ENCODED}
 
-    patched = core.patch_namespaced_secret("creds", "default", {"stringData": {"user": "bob"}})
+    patched = core.patch_namespaced_secret("creds", ns, {"stringData": {"user": "bob"}})
     assert patched.data == {"user": b64("bob"), "token": ENCODED} and patched.string_data is None
-    read = core.read_namespaced_secret("creds", "default")
+    read = core.read_namespaced_secret("creds", ns)
     assert read.data == patched.data
-    tls = client.V1Secret(metadata=client.V1ObjectMeta(name="tls"), type="kubernetes.io/tls")
-    core.create_namespaced_secret("default", tls)
-    assert [
-        s.metadata.name for s in core.list_namespaced_secret("default", field_selector="type=Opaque").items
-    ] == ["creds"]
+    keys = {"tls.crt": b64("certificate"), "tls.key": b64("key")}
+    tls = client.V1Secret(metadata=client.V1ObjectMeta(name="tls"), type="kubernetes.io/tls", data=keys)
+    core.create_namespaced_secret(ns, tls)
+    assert [s.metadata.name for s in core.list_namespaced_secret(ns, field_selector="type=Opaque").items] == [
+        "creds"
+    ]
 
 
-def test_secret_data_must_be_base64(core: client.CoreV1Api) -> None:
+def test_a_secret_of_a_type_needs_its_keys(core: client.CoreV1Api, ns: str) -> None:
+    tls = client.V1Secret(
+        metadata=client.V1ObjectMeta(name="tls"), type="kubernetes.io/tls", string_data={"tls.crt": VALUE}
+    )
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_secret(ns, tls)
+    assert json.loads(refused.value.body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'Secret "tls" is invalid: data[tls.key]: Required value',
+        "reason": "Invalid",
+        "details": {
+            "name": "tls",
+            "kind": "Secret",
+            "causes": [
+                {"reason": "FieldValueRequired", "message": "Required value", "field": "data[tls.key]"}
+            ],
+        },
+        "code": 422,
+    }
+
+
+def test_secret_data_must_be_base64(core: client.CoreV1Api, ns: str) -> None:
     body = client.V1Secret(metadata=client.V1ObjectMeta(name="bad"), data={"token": VALUE + "!"})
     with pytest.raises(ApiException) as exc:
-        core.create_namespaced_secret("default", body)
+        core.create_namespaced_secret(ns, body)
     assert exc.value.status == 400
     message = json.loads(exc.value.body)["message"]
     assert message.startswith('Secret in version "v1" cannot be handled as a Secret') and VALUE not in message
@@ -106,66 +133,88 @@ def test_no_secret_value_in_localkube_logs_or_request_records(
 SYSTEM = ["default", "kube-node-lease", "kube-public", "kube-system"]  # what a new cluster has
 
 
-def test_namespaces_are_cluster_scoped_and_the_system_ones_exist(core: client.CoreV1Api) -> None:
+def namespace_names(core: client.CoreV1Api, *mine: str, **kwargs: str) -> list[str]:
+    """The system namespaces and ``mine`` that exist (the real cluster also has other tests')."""
+    return [
+        n.metadata.name
+        for n in core.list_namespace(**kwargs).items
+        if n.metadata.name in SYSTEM or n.metadata.name in mine
+    ]
+
+
+def test_namespaces_are_cluster_scoped_and_the_system_ones_exist(
+    server: Server, core: client.CoreV1Api
+) -> None:
     assert core.read_namespace("default").status.phase == "Active"
-    created = core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="team")))
-    assert created.metadata.labels == {"kubernetes.io/metadata.name": "team"}
+    team = f"{server.namespace}-team" if server.real else "team"
+    created = core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=team)))
+    assert created.metadata.labels == {"kubernetes.io/metadata.name": team}
     assert (created.spec.finalizers, created.status.phase) == (["kubernetes"], "Active")
     assert created.metadata.namespace is None
-    names = [ns.metadata.name for ns in core.list_namespace(field_selector="status.phase=Active").items]
-    assert names == [*SYSTEM, "team"]
-    assert core.read_namespace_status("team").status.phase == "Active"
+    assert namespace_names(core, team, field_selector="status.phase=Active") == [*SYSTEM, team]
+    assert core.read_namespace_status(team).status.phase == "Active"
 
     stream = watch.Watch()
     seen = []
-    for event in stream.stream(core.list_namespace, timeout_seconds=10):
+    selector = f"kubernetes.io/metadata.name in ({','.join([*SYSTEM, team])})"
+    for event in stream.stream(core.list_namespace, label_selector=selector, timeout_seconds=10):
         seen.append((event["type"], event["object"].metadata.name))
         if len(seen) == 5:
             stream.stop()
-    assert seen == [("ADDED", name) for name in [*SYSTEM, "team"]]
+    assert seen == [("ADDED", name) for name in [*SYSTEM, team]]
+    core.delete_namespace(team)
 
 
-def test_deleting_a_namespace_deletes_what_is_in_it(core: client.CoreV1Api) -> None:
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="team")))
-    core.create_namespaced_secret("team", client.V1Secret(metadata=client.V1ObjectMeta(name="s")))
-    core.create_namespaced_config_map("team", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
-    core.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
-    core.delete_namespace("team")
-    assert [ns.metadata.name for ns in core.list_namespace().items] == SYSTEM
-    assert (
-        core.list_namespaced_secret("team").items == []
-        and core.list_namespaced_config_map("team").items == []
-    )
-    assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == ["c"]
+def test_deleting_a_namespace_deletes_what_is_in_it(server: Server, core: client.CoreV1Api, ns: str) -> None:
+    """kube-apiserver marks the namespace Terminating and answers; kube-controller-manager's namespace
+    controller deletes what is in it, then the namespace. localkube does all of it at once."""
+    team = server.create_namespace("team")
+    core.create_namespaced_secret(team, client.V1Secret(metadata=client.V1ObjectMeta(name="s")))
+    core.create_namespaced_config_map(team, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
+    core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
+    answer = json.loads(core.delete_namespace(team, _preload_content=False).data)
+    assert answer["kind"] == "Namespace" and answer["status"]["phase"] == "Terminating"
+    wait_for(lambda: team not in namespace_names(core, team))
+    assert core.list_namespaced_secret(team).items == [] and core.list_namespaced_config_map(team).items == []
+    assert [
+        c.metadata.name for c in core.list_namespaced_config_map(ns, field_selector="metadata.name=c").items
+    ] == ["c"]
 
 
 def test_an_object_in_a_namespace_that_does_not_exist_is_not_found_as_on_a_real_server(
-    core: client.CoreV1Api, custom: client.CustomObjectsApi
+    server: Server, core: client.CoreV1Api, custom: client.CustomObjectsApi
 ) -> None:
     """kubernetes-real-apiserver.md: a create in a missing namespace is 404 NotFound on kube-apiserver."""
+    nowhere = f"{server.namespace}-nowhere" if server.real else "nowhere"
     account = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="sa"))
     with pytest.raises(ApiException) as missing:
-        core.create_namespaced_service_account("nowhere", account)
+        core.create_namespaced_service_account(nowhere, account)
     assert missing.value.status == 404
     assert json.loads(missing.value.body) == {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": 'namespaces "nowhere" not found',
+        "message": f'namespaces "{nowhere}" not found',
         "reason": "NotFound",
-        "details": {"name": "nowhere", "kind": "namespaces"},
+        "details": {"name": nowhere, "kind": "namespaces"},
         "code": 404,
     }
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {}}
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "j"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}}},
+    }
     with pytest.raises(ApiException) as custom_missing:
-        custom.create_namespaced_custom_object("kubeflow.org", "v1", "nowhere", "pytorchjobs", job)
-    assert json.loads(custom_missing.value.body)["message"] == 'namespaces "nowhere" not found'
-    assert [ns.metadata.name for ns in core.list_namespace().items] == SYSTEM  # nothing made on the way
+        custom.create_namespaced_custom_object("kubeflow.org", "v1", nowhere, "pytorchjobs", job)
+    assert json.loads(custom_missing.value.body)["message"] == f'namespaces "{nowhere}" not found'
+    assert namespace_names(core, nowhere) == SYSTEM  # nothing made on the way
 
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="nowhere")))
-    core.create_namespaced_service_account("nowhere", account)
-    assert [sa.metadata.name for sa in core.list_namespaced_service_account("nowhere").items] == ["sa"]
+    server.create_namespace("nowhere")
+    wait_for(lambda: core.list_namespaced_service_account(nowhere).items)  # `default`, on a real server
+    core.create_namespaced_service_account(nowhere, account)
+    assert "sa" in [sa.metadata.name for sa in core.list_namespaced_service_account(nowhere).items]
 
 
 def test_the_system_namespaces_may_not_be_deleted(core: client.CoreV1Api) -> None:
@@ -175,8 +224,25 @@ def test_the_system_namespaces_may_not_be_deleted(core: client.CoreV1Api) -> Non
         body = json.loads(refused.value.body)
         assert (refused.value.status, body["reason"]) == (403, "Forbidden")
         assert body["message"] == f'namespaces "{name}" is forbidden: this namespace may not be deleted'
-    core.delete_namespace("kube-node-lease")  # not immortal on a real server either
+
+
+def test_the_node_lease_namespace_may_be_deleted(kube: LocalKube, core: client.CoreV1Api) -> None:
+    """Not immortal on a real server either (not tried there: the session's cluster needs it)."""
+    core.delete_namespace("kube-node-lease")
     assert [ns.metadata.name for ns in core.list_namespace().items] == SYSTEM[:1] + SYSTEM[2:]
+
+
+def test_namespaces_are_deleted_one_at_a_time(api_client: client.ApiClient) -> None:
+    """No deletecollection (the clients have no method for it either)."""
+    with pytest.raises(ApiException) as refused:
+        api_client.call_api(
+            "/api/v1/namespaces",
+            "DELETE",
+            query_params=[("labelSelector", "nothing=here")],
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+    assert (refused.value.status, json.loads(refused.value.body)["reason"]) == (405, "MethodNotAllowed")
 
 
 def test_wrong_scope_paths_are_not_found(api_client: client.ApiClient) -> None:
@@ -186,30 +252,32 @@ def test_wrong_scope_paths_are_not_found(api_client: client.ApiClient) -> None:
         assert exc.value.status == 404, path
 
 
-def test_service_accounts_roles_and_bindings(core: client.CoreV1Api, api_client: client.ApiClient) -> None:
+def test_service_accounts_roles_and_bindings(
+    core: client.CoreV1Api, api_client: client.ApiClient, ns: str
+) -> None:
     rbac = client.RbacAuthorizationV1Api(api_client)
     account = core.create_namespaced_service_account(
-        "default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="trainer"))
+        ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="trainer"))
     )
     assert account.metadata.uid and account.kind == "ServiceAccount"
     rule = client.V1PolicyRule(api_groups=["kubeflow.org"], resources=["pytorchjobs"], verbs=["get", "watch"])
     role = rbac.create_namespaced_role(
-        "default", client.V1Role(metadata=client.V1ObjectMeta(name="reader"), rules=[rule])
+        ns, client.V1Role(metadata=client.V1ObjectMeta(name="reader"), rules=[rule])
     )
     assert role.rules[0].resources == ["pytorchjobs"]
     binding = client.V1RoleBinding(
         metadata=client.V1ObjectMeta(name="trainer-reads"),
         role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="reader"),
         subjects=[
-            client.RbacV1Subject(kind="ServiceAccount", name="trainer", namespace="default"),
+            client.RbacV1Subject(kind="ServiceAccount", name="trainer", namespace=ns),
             client.RbacV1Subject(kind="User", name="alice"),
         ],
     )
-    created = rbac.create_namespaced_role_binding("default", binding)
+    created = rbac.create_namespaced_role_binding(ns, binding)
     assert [(s.kind, s.api_group) for s in created.subjects] == [
-        ("ServiceAccount", ""),
+        ("ServiceAccount", None),
         ("User", "rbac.authorization.k8s.io"),
     ]
-    assert [b.role_ref.name for b in rbac.list_namespaced_role_binding("default").items] == ["reader"]
-    rbac.delete_namespaced_role("reader", "default")
-    assert rbac.list_namespaced_role("default").items == []
+    assert [b.role_ref.name for b in rbac.list_namespaced_role_binding(ns).items] == ["reader"]
+    rbac.delete_namespaced_role("reader", ns)
+    assert rbac.list_namespaced_role(ns).items == []

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 from localkube.cluster import LocalKube
 from localkube.defaults import JOB_NAME_LABEL, JOB_UID_LABEL
 from localkube.resources import REPLICASETS
+
+from tests.operators.harness import wait_for
 
 
 def _template(labels: dict[str, str], restart_policy: str | None = None) -> client.V1PodTemplateSpec:
@@ -20,7 +25,7 @@ def _template(labels: dict[str, str], restart_policy: str | None = None) -> clie
 
 
 def test_replica_set_comes_back_with_replicas_and_template_defaults(
-    kube: LocalKube, api_client: client.ApiClient
+    api_client: client.ApiClient, ns: str
 ) -> None:
     apps = client.AppsV1Api(api_client)
     body = client.V1ReplicaSet(
@@ -29,7 +34,7 @@ def test_replica_set_comes_back_with_replicas_and_template_defaults(
             selector=client.V1LabelSelector(match_labels={"app": "ps"}), template=_template({"app": "ps"})
         ),
     )
-    created = apps.create_namespaced_replica_set("default", body)
+    created = apps.create_namespaced_replica_set(ns, body)
     assert created.spec.replicas == 1 and created.status.replicas == 0
     pod_spec = created.spec.template.spec
     assert (pod_spec.restart_policy, pod_spec.termination_grace_period_seconds) == ("Always", 30)
@@ -42,29 +47,48 @@ def test_replica_set_comes_back_with_replicas_and_template_defaults(
     assert container.ports[0].protocol == "TCP"
     assert pod_spec.service_account_name is None  # admission fills pods in, not templates
 
-    # a controller's status write without replicas still reads back with the never-omitted field
+    def scaled() -> client.V1ReplicaSet | None:
+        """Read, change, replace: again after a 409 (kube-controller-manager writes the status meanwhile)."""
+        current = apps.read_namespaced_replica_set("pserver", ns)
+        current.spec.replicas = 3
+        try:
+            return apps.replace_namespaced_replica_set("pserver", ns, current)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return None
+
+    replaced = wait_for(scaled)
+    assert replaced.spec.replicas == 3 and replaced.metadata.generation == 2
+
+
+def test_replica_set_status_never_omits_replicas(kube: LocalKube, api_client: client.ApiClient) -> None:
+    """A controller's status write without replicas still reads back with the never-omitted field."""
+    apps = client.AppsV1Api(api_client)
+    body = client.V1ReplicaSet(
+        metadata=client.V1ObjectMeta(name="pserver"),
+        spec=client.V1ReplicaSetSpec(
+            selector=client.V1LabelSelector(match_labels={"app": "ps"}), template=_template({"app": "ps"})
+        ),
+    )
+    apps.create_namespaced_replica_set("default", body)
     kube.store.update_status(REPLICASETS, "default", "pserver", {"observedGeneration": 1})
     listed = apps.list_namespaced_replica_set("default").items
     assert [(rs.status.replicas, rs.status.observed_generation) for rs in listed] == [(0, 1)]
 
-    current = apps.read_namespaced_replica_set("pserver", "default")
-    current.spec.replicas = 3
-    replaced = apps.replace_namespaced_replica_set("pserver", "default", current)
-    assert replaced.spec.replicas == 3 and replaced.status.replicas == 0
 
-
-def test_job_defaults_and_generated_selector(api_client: client.ApiClient) -> None:
+def test_job_defaults_and_generated_selector(api_client: client.ApiClient, ns: str) -> None:
     batch = client.BatchV1Api(api_client)
     body = client.V1Job(
         metadata=client.V1ObjectMeta(name="trainer"),
-        spec=client.V1JobSpec(template=_template({"role": "trainer"}, restart_policy="Never")),
+        spec=client.V1JobSpec(suspend=True, template=_template({"role": "trainer"}, restart_policy="Never")),
     )
-    job = batch.create_namespaced_job("default", body)
+    job = batch.create_namespaced_job(ns, body)
     spec = job.spec
     assert (spec.completions, spec.parallelism, spec.backoff_limit) == (1, 1, 6)
     assert (spec.completion_mode, spec.suspend, spec.pod_replacement_policy) == (
         "NonIndexed",
-        False,
+        True,
         "TerminatingOrFailed",
     )
     uid = job.metadata.uid
@@ -76,18 +100,41 @@ def test_job_defaults_and_generated_selector(api_client: client.ApiClient) -> No
         "controller-uid": uid,
         "job-name": "trainer",
     }
-    assert job.metadata.labels == {"role": "trainer"}  # from the template as the user wrote it
+    assert job.metadata.labels == spec.template.metadata.labels  # copied after the selector's were added
     assert spec.template.spec.restart_policy == "Never" and job.status is not None
 
     queue = client.V1Job(
         metadata=client.V1ObjectMeta(name="queue", labels={"own": "label"}),
-        spec=client.V1JobSpec(parallelism=3, manual_selector=True, template=_template({"q": "1"})),
+        spec=client.V1JobSpec(
+            parallelism=3,
+            suspend=True,
+            manual_selector=True,
+            selector=client.V1LabelSelector(match_labels={"q": "1"}),
+            template=_template({"q": "1"}, restart_policy="OnFailure"),
+        ),
     )
-    work_queue = batch.create_namespaced_job("default", queue)
+    work_queue = batch.create_namespaced_job(ns, queue)
     assert (work_queue.spec.completions, work_queue.spec.parallelism) == (None, 3)
-    assert work_queue.spec.selector is None and work_queue.metadata.labels == {"own": "label"}
-    # the real server would default Always here and refuse the Job; localkube leaves the field unset
-    assert work_queue.spec.template.spec.restart_policy is None
+    assert work_queue.spec.selector.match_labels == {"q": "1"}
+    assert work_queue.metadata.labels == {"own": "label"}
+    assert work_queue.spec.template.metadata.labels == {"q": "1"}
+
+
+@pytest.mark.parametrize("policy", [None, "Always"])
+def test_a_job_must_not_restart_always(api_client: client.ApiClient, ns: str, policy: str | None) -> None:
+    body = client.V1Job(
+        metadata=client.V1ObjectMeta(name="trainer"),
+        spec=client.V1JobSpec(template=_template({"role": "trainer"}, restart_policy=policy)),
+    )
+    with pytest.raises(ApiException) as refused:
+        client.BatchV1Api(api_client).create_namespaced_job(ns, body)
+    status = json.loads(refused.value.body)
+    assert (refused.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"] == (
+        'Job.batch "trainer" is invalid: spec.template.spec.restartPolicy: Required value: valid values: '
+        '"OnFailure", "Never"'
+    )
+    assert [c["field"] for c in status["details"]["causes"]] == ["spec.template.spec.restartPolicy"]
 
 
 @pytest.mark.parametrize(
@@ -101,12 +148,12 @@ def test_job_defaults_and_generated_selector(api_client: client.ApiClient) -> No
         ("busybox@sha256:" + "a" * 64, "IfNotPresent"),
     ],
 )
-def test_image_pull_policy_follows_the_tag(core: client.CoreV1Api, image: str, policy: str) -> None:
+def test_image_pull_policy_follows_the_tag(core: client.CoreV1Api, ns: str, image: str, policy: str) -> None:
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="p"),
         spec=client.V1PodSpec(containers=[client.V1Container(name="c", image=image)]),
     )
-    assert core.create_namespaced_pod("default", pod).spec.containers[0].image_pull_policy == policy
+    assert core.create_namespaced_pod(ns, pod).spec.containers[0].image_pull_policy == policy
 
 
 def _resources(**kinds: dict[str, str]) -> client.V1ResourceRequirements:
@@ -128,7 +175,7 @@ def _resources(**kinds: dict[str, str]) -> client.V1ResourceRequirements:
     ],
 )
 def test_pod_starts_pending_with_its_qos_class(
-    core: client.CoreV1Api, resources: client.V1ResourceRequirements | None, qos: str
+    core: client.CoreV1Api, ns: str, resources: client.V1ResourceRequirements | None, qos: str
 ) -> None:
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="p"),
@@ -138,7 +185,7 @@ def test_pod_starts_pending_with_its_qos_class(
         ),
         status=client.V1PodStatus(phase="Running"),
     )
-    created = core.create_namespaced_pod("default", pod)
+    created = core.create_namespaced_pod(ns, pod)
     assert (created.status.phase, created.status.qos_class) == ("Pending", qos)
     spec = created.spec
     assert (spec.restart_policy, spec.service_account_name, spec.priority) == ("OnFailure", "default", 0)

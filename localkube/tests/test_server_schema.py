@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 from localkube.cluster import LocalKube
 
@@ -15,14 +15,10 @@ CRDS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "crds" / "ku
 
 
 @pytest.fixture
-def custom(tmp_path: Path) -> Iterator[client.CustomObjectsApi]:
-    with LocalKube(controllers=[], runtime="none", crd_dir=CRDS) as kube:
-        configuration = client.Configuration()
-        config.load_kube_config(
-            config_file=str(kube.write_kubeconfig(tmp_path / "kc")), client_configuration=configuration
-        )
-        with client.ApiClient(configuration) as api:
-            yield client.CustomObjectsApi(api)
+def kube() -> Iterator[LocalKube]:
+    """localkube validating against the upstream CRDs, as the real server (which has them installed) does."""
+    with LocalKube(controllers=[], runtime="none", crd_dir=CRDS) as cluster:
+        yield cluster
 
 
 def pytorchjob(replicas: object, **extra: object) -> dict:
@@ -39,20 +35,18 @@ def pytorchjob(replicas: object, **extra: object) -> dict:
     }
 
 
-def test_schema_violation_is_422_naming_the_field(custom: client.CustomObjectsApi) -> None:
+def test_schema_violation_is_422_naming_the_field(custom: client.CustomObjectsApi, ns: str) -> None:
     with pytest.raises(ApiException) as invalid:
-        custom.create_namespaced_custom_object(
-            "kubeflow.org", "v1", "default", "pytorchjobs", pytorchjob("two")
-        )
+        custom.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", pytorchjob("two"))
     body = json.loads(invalid.value.body)
     assert invalid.value.status == 422 and body["reason"] == "Invalid"
     assert "spec.pytorchReplicaSpecs.Master.replicas" in body["message"]
     assert body["details"]["causes"][0]["field"] == "spec.pytorchReplicaSpecs.Master.replicas"
 
 
-def test_unknown_fields_are_pruned(custom: client.CustomObjectsApi) -> None:
+def test_unknown_fields_are_pruned(custom: client.CustomObjectsApi, ns: str) -> None:
     created = custom.create_namespaced_custom_object(
-        "kubeflow.org", "v1", "default", "pytorchjobs", pytorchjob(1, misspelledField=True)
+        "kubeflow.org", "v1", ns, "pytorchjobs", pytorchjob(1, misspelledField=True)
     )
     assert "misspelledField" not in created["spec"]
     assert created["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
@@ -60,7 +54,7 @@ def test_unknown_fields_are_pruned(custom: client.CustomObjectsApi) -> None:
         custom.patch_namespaced_custom_object(
             "kubeflow.org",
             "v1",
-            "default",
+            ns,
             "pytorchjobs",
             "job",
             {"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": "x"}}}},

@@ -8,12 +8,13 @@ with the QoS class, and a Job's generated selector. Clients deserialize what com
 insist on some of these fields, so localkube does the same. Custom resources are left alone (their schema
 defaults belong to the schema validator).
 
-Two deliberate differences: a Job template's pod `restartPolicy` is not defaulted (the real server would
-default it to `Always` and then refuse the Job; localkube accepts the Job and leaves the field unset), and
-nothing is validated beyond what a conversion needs, except that a pod without containers, or a ReplicaSet
+Nothing is validated beyond what a conversion needs, except that a pod without containers, or a ReplicaSet
 or Job whose pod template has none, is refused (`require_containers`, 422 `spec.containers: Required
 value`): a pod runtime cannot run a pod without. The store applies it to every create and update, also to
-objects controllers write directly, as the real server refuses a controller's API request.
+objects controllers write directly, as the real server refuses a controller's API request. A Job whose pod
+template's `restartPolicy` is not `OnFailure` or `Never` (it is not defaulted) is refused only when created
+through the API (`admit_create`), as kube-apiserver refuses it: tests that put Jobs into the store directly
+may leave it out.
 """
 
 from __future__ import annotations
@@ -60,19 +61,62 @@ _CONTAINERS_AT = {
 }
 
 
+# The keys kube-apiserver requires in a Secret of each type (in `data` or `stringData`).
+_SECRET_KEYS = {
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+    "kubernetes.io/dockercfg": (".dockercfg",),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+    "kubernetes.io/ssh-auth": ("ssh-privatekey",),
+}
+
+
+def admit_create(rt: ResourceType, obj: dict) -> None:
+    """422 Invalid for what kube-apiserver refuses on an API create, all causes together: what
+    `require_containers` refuses, a Job whose pods would restart `Always` (unset, as it is not defaulted,
+    or set so), a Secret of a type without the keys the type needs."""
+    causes = [cause for cause in (_containers_cause(rt, obj),) if cause]
+    if rt.key == "jobs.batch":
+        spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        if spec.get("restartPolicy") not in ("OnFailure", "Never"):
+            causes.append(
+                {
+                    "reason": "FieldValueRequired",
+                    "message": 'Required value: valid values: "OnFailure", "Never"',
+                    "field": "spec.template.spec.restartPolicy",
+                }
+            )
+    if rt.key == "secrets":
+        present = {*(obj.get("data") or {}), *(obj.get("stringData") or {})}
+        causes += [
+            {"reason": "FieldValueRequired", "message": "Required value", "field": f"data[{key}]"}
+            for key in _SECRET_KEYS.get(str(obj.get("type")), ())
+            if key not in present
+        ]
+    if causes:
+        raise ApiError.invalid(rt, str((obj.get("metadata") or {}).get("name") or ""), causes)
+
+
 def require_containers(rt: ResourceType, obj: dict) -> None:
     """422 Invalid for a pod (or a workload's pod template) without containers, as the real server answers."""
+    cause = _containers_cause(rt, obj)
+    if cause:
+        raise ApiError.invalid(rt, str((obj.get("metadata") or {}).get("name") or ""), [cause])
+
+
+def _containers_cause(rt: ResourceType, obj: dict) -> dict | None:
     path = _CONTAINERS_AT.get(rt.key) if rt.builtin else None
     if path is None:
-        return
+        return None
     spec: Any = obj
     for key in path:
         spec = spec.get(key) if isinstance(spec, dict) else None
     if isinstance(spec, dict) and spec.get("containers"):
-        return
-    field = ".".join((*path, "containers"))
-    cause = {"reason": "FieldValueRequired", "field": field, "message": "Required value"}
-    raise ApiError.invalid(rt, str((obj.get("metadata") or {}).get("name") or ""), [cause])
+        return None
+    return {
+        "reason": "FieldValueRequired",
+        "message": "Required value",
+        "field": ".".join((*path, "containers")),
+    }
 
 
 def _default(mapping: dict, key: str, value: Any) -> None:
@@ -207,15 +251,15 @@ def _job(obj: dict, creating: bool) -> None:
         spec, "podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
     )
     meta = _dict_at(obj, "metadata")
-    template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
-    if template_labels and not meta.get("labels"):
-        meta["labels"] = clone(template_labels)
     _template_spec(spec, restart_policy=False)
     if creating and spec.get("manualSelector") is not True:
         uid, name = meta["uid"], meta["name"]
         labels = _dict_at(_dict_at(_dict_at(spec, "template"), "metadata"), "labels")
         labels.update({JOB_UID_LABEL: uid, JOB_NAME_LABEL: name, "controller-uid": uid, "job-name": name})
         spec["selector"] = {"matchLabels": {JOB_UID_LABEL: uid}}
+    template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
+    if template_labels and not meta.get("labels"):  # the generated ones too, as kube-apiserver copies them
+        meta["labels"] = clone(template_labels)
 
 
 # -- core objects --------------------------------------------------------------------------------------------
@@ -257,8 +301,12 @@ def _namespace(obj: dict, creating: bool) -> None:
 
 def _role_binding(obj: dict, creating: bool) -> None:
     for subject in obj.get("subjects") or []:
-        if isinstance(subject, dict) and not subject.get("apiGroup"):
-            subject["apiGroup"] = "" if subject.get("kind") == "ServiceAccount" else RBAC_GROUP
+        if (
+            isinstance(subject, dict)
+            and not subject.get("apiGroup")
+            and subject.get("kind") != "ServiceAccount"
+        ):
+            subject["apiGroup"] = RBAC_GROUP
 
 
 _WRITERS: dict[str, Callable[[dict, bool], None]] = {

@@ -36,6 +36,7 @@ class ApiError(Exception):
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
         self.details = details or {}
+        self.empty_details = details == {}  # sent as `details: {}` (as some real answers have), not omitted
         self.headers = headers or {}
 
     def status_body(self) -> dict:
@@ -48,7 +49,7 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
-        if self.details:
+        if self.details or self.empty_details:
             body["details"] = self.details
         return body
 
@@ -72,7 +73,7 @@ class ApiError(Exception):
             422,
             "Invalid",
             f'{rt.qualified_kind} "{name}" is invalid: {joined}',
-            {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes},
+            {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.kind, "causes": causes},
         )
 
     @classmethod
@@ -112,3 +113,36 @@ def check_name(rt: ResourceType, name: Any) -> None:
             }
         ],
     )
+
+
+# What kube-apiserver lets an anonymous request (no credentials) see: the system:public-info-viewer role.
+PUBLIC_PATHS = frozenset({"/version", "/version/", "/healthz", "/livez", "/readyz"})
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+
+def anonymous_forbidden(method: str, path: str, watch: bool) -> ApiError:
+    """The 403 kube-apiserver (RBAC, anonymous authentication on) answers a request without credentials:
+    `system:anonymous` is granted nothing but PUBLIC_PATHS."""
+    user = 'User "system:anonymous"'
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"] and len(parts) > 2:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) > 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return ApiError(403, "Forbidden", f'forbidden: {user} cannot {method.lower()} path "{path}"', {})
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    plural, name = rest[0], rest[1] if len(rest) > 1 else None
+    collection = {"GET": "watch" if watch else "list", "DELETE": "deletecollection"}
+    verb = _VERBS.get(method) or (method.lower() if name else collection.get(method, method.lower()))
+    key = f"{plural}.{group}" if group else plural
+    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    resource = "/".join(rest[:1] + rest[2:3])
+    message = (
+        f"{key}{f' {chr(34)}{name}{chr(34)}' if name else ''} is forbidden: {user} cannot {verb} resource "
+        f'"{resource}" in API group "{group}" {scope}'
+    )
+    details = {"name": name, "group": group, "kind": plural}
+    return ApiError(403, "Forbidden", message, {k: v for k, v in details.items() if v})

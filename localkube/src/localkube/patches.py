@@ -12,6 +12,7 @@ import yaml
 from localkube.errors import ApiError
 
 STRATEGIC = "application/strategic-merge-patch+json"
+APPLY = "application/apply-patch+yaml"
 _SMP_MERGE_KEYS = {
     "containers": "name",
     "initContainers": "name",
@@ -25,6 +26,9 @@ _SMP_MERGE_KEYS = {
     "containerStatuses": "name",
     "ownerReferences": "uid",
 }
+# What kube-apiserver answers a JSON patch that does not apply (a failed `test`, a missing path): a 422 with
+# this generic message and no details, whatever the cause.
+PATCH_NOT_APPLICABLE_MSG = "the server rejected our request due to an error in our request"
 UNSUPPORTED_PATCH_MSG = (
     "the body of the request was in an unknown format - accepted media types include: "
     "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
@@ -78,7 +82,7 @@ def apply_patch(current: dict, patch: Any, media: str) -> dict:
         try:
             result = jsonpatch.apply_patch(current, patch)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-            raise ApiError(422, "Invalid", str(exc)) from exc
+            raise ApiError(422, "Invalid", PATCH_NOT_APPLICABLE_MSG, {}) from exc
         if not isinstance(result, dict):
             raise ApiError(422, "Invalid", "the patch replaced the whole object with a non-object")
         return result
@@ -94,9 +98,12 @@ def apply_patch(current: dict, patch: Any, media: str) -> dict:
 def parse_patch_body(body: Any, media: str) -> Any:
     if not isinstance(body, bytes | str):
         return body
-    try:
-        if media == "application/apply-patch+yaml":
+    if media == "application/apply-patch+yaml":
+        try:
             return yaml.safe_load(body)
+        except yaml.YAMLError as exc:
+            raise ApiError.bad_request(f"error decoding patch: {exc}") from exc
+    try:
         return json.loads(body)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise ApiError.bad_request(f"error decoding patch: {exc}") from exc
+    except ValueError as exc:  # kube-apiserver's words for any body that is not JSON
+        raise ApiError.bad_request("invalid JSON patch") from exc

@@ -93,6 +93,19 @@ ROLE_BINDINGS = ResourceType(
     RBAC_GROUP, "v1", "rolebindings", "RoleBinding", "rolebinding", subresources=frozenset(), builtin=True
 )
 
+# The built-in kinds whose metadata.generation kube-apiserver keeps (custom resources all have one).
+WITH_GENERATION: frozenset[ResourceType] = frozenset({PODS, BATCH_JOBS, REPLICASETS})
+# The kinds kube-apiserver answers a delete with the object (gone or not); others get a `Success` Status
+# when the object is gone at once.
+RETURN_DELETED: frozenset[ResourceType] = frozenset({PODS, SERVICES, SERVICE_ACCOUNTS, NAMESPACES})
+# The REST API's default propagationPolicy where it is not Background (batch/v1 Jobs keep their pods).
+DEFAULT_PROPAGATION: dict[ResourceType, str] = {BATCH_JOBS: "Orphan"}
+
+
+def has_generation(rt: ResourceType) -> bool:
+    return not rt.builtin or rt in WITH_GENERATION
+
+
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
     PODS,
     SERVICES,
@@ -176,6 +189,12 @@ VERSION = {
 }
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"], "binding": ["create"]}
+_SUBRESOURCE_KINDS = {"binding": "Binding"}
+
+
+def verbs_of(rt: ResourceType) -> list[str]:
+    """What discovery lists for `rt` (kube-apiserver deletes namespaces one at a time only)."""
+    return [v for v in VERBS if v != "deletecollection"] if rt == NAMESPACES else VERBS
 
 
 def api_versions(server_address: str) -> dict:
@@ -224,7 +243,7 @@ def resource_list(types: list[ResourceType], group_name: str, version: str) -> d
             "singularName": rt.singular,
             "namespaced": rt.namespaced,
             "kind": rt.kind,
-            "verbs": VERBS,
+            "verbs": verbs_of(rt),
         }
         if rt.short_names:
             entry["shortNames"] = list(rt.short_names)
@@ -234,7 +253,7 @@ def resource_list(types: list[ResourceType], group_name: str, version: str) -> d
                 "name": f"{rt.plural}/{sub}",
                 "singularName": "",
                 "namespaced": rt.namespaced,
-                "kind": rt.kind,
+                "kind": _SUBRESOURCE_KINDS.get(sub, rt.kind),
                 "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
             }
             for sub in sorted(rt.subresources)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from localkube import resources as discovery
+from localkube.defaults import admit_create
+from localkube.errors import PUBLIC_PATHS, anonymous_forbidden
 from localkube.faults import (
     END_WATCH,
     EXPIRE_WATCH,
@@ -21,10 +23,11 @@ from localkube.faults import (
     is_watch,
 )
 from localkube.kubeletapi import kubelet_url, proxy_container_log
+from localkube.patches import APPLY
 from localkube.podlogs import container_of, serve_pod_log
 from localkube.resources import PODS, ResourceType
 from localkube.runtime.kubelet import NODE_NAME
-from localkube.store import ApiError, WatchEvent
+from localkube.store import ApiError, WatchEvent, now_rfc3339
 
 if TYPE_CHECKING:
     from localkube.cluster import LocalKube
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _NOT_FOUND = ApiError(404, "NotFound", "the server could not find the requested resource")
+_NOT_ALLOWED = ApiError(
+    405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {}
+)
 
 
 @dataclass
@@ -124,7 +130,11 @@ class _Api:
 
     @web.middleware
     async def auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "")
+        given = request.headers.get("Authorization")
+        if given is None:  # anonymous: kube-apiserver authenticates system:anonymous, whom RBAC refuses
+            if request.path in PUBLIC_PATHS:
+                return await handler(request)
+            raise anonymous_forbidden(request.method, request.path, is_watch(request.query))
         if not hmac.compare_digest(given.encode(), f"Bearer {self.cluster.token}".encode()):
             raise ApiError(401, "Unauthorized", "Unauthorized")
         return await handler(request)
@@ -135,9 +145,7 @@ class _Api:
         if parts in (["version"], ["healthz"], ["readyz"], ["livez"]):
             return self._simple(request, parts[0])
         if request.method != "GET" and len(parts) <= (2 if parts[:1] == ["api"] else 3):  # discovery
-            raise ApiError(
-                405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-            )
+            raise _NOT_ALLOWED
         if parts == ["api"]:
             return json_response(discovery.api_versions(request.host))
         if parts == ["apis"]:
@@ -190,8 +198,8 @@ class _Api:
         if request.method == "GET" and is_watch(query):
             return await self._watch(request, rt, namespace)
         if request.method == "GET":
-            limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
-            items, rv, token = self.store.list_page(
+            limit = _limit(query.get("limit"))
+            page = self.store.list_page(
                 rt,
                 namespace,
                 query.get("labelSelector"),
@@ -199,14 +207,24 @@ class _Api:
                 limit,
                 query.get("continue"),
             )
-            meta = {"resourceVersion": rv, **({"continue": token} if token else {})}
+            meta: dict[str, Any] = {"resourceVersion": page.resource_version}
+            if page.continue_token:
+                meta.update({"continue": page.continue_token, "remainingItemCount": page.remaining})
+            elif not rt.builtin:  # kube-apiserver writes a custom resource list's empty token too
+                meta["continue"] = ""
             return json_response(
-                {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
+                {
+                    "kind": f"{rt.kind}List",
+                    "apiVersion": rt.api_version,
+                    "metadata": meta,
+                    "items": page.items,
+                }
             )
         if request.method == "POST" and (namespace is not None or not rt.namespaced):
             body = await self._body(request)
+            admit_create(rt, body)
             return json_response(self.store.create(rt, namespace or "", body), 201)
-        if request.method == "DELETE":
+        if request.method == "DELETE" and "deletecollection" in discovery.verbs_of(rt):
             options = await self._body(request, optional=True)
             items = self.store.delete_collection(
                 rt, namespace, query.get("labelSelector"), query.get("fieldSelector"), _policy(query, options)
@@ -219,9 +237,7 @@ class _Api:
                     "items": items,
                 }
             )
-        raise ApiError(
-            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-        )
+        raise _NOT_ALLOWED
 
     async def _object(
         self,
@@ -234,11 +250,14 @@ class _Api:
         if request.method == "GET":
             return json_response(self.store.get(rt, namespace, name))
         if request.method == "PUT":
-            return json_response(
-                self.store.replace(rt, namespace, name, await self._body(request), subresource)
-            )
+            body = await self._body(request)
+            if not rt.builtin and not (body.get("metadata") or {}).get("resourceVersion"):
+                raise _unconditional_update(rt, name)  # custom resources allow no unconditional update
+            return json_response(self.store.replace(rt, namespace, name, body, subresource))
         if request.method == "PATCH":
             body = await request.read()
+            if _is_apply(request) and not request.query.get("fieldManager"):
+                raise _FIELD_MANAGER_REQUIRED
             patched = self.store.patch(
                 rt, namespace, name, body, request.headers.get("Content-Type", ""), subresource
             )
@@ -246,13 +265,13 @@ class _Api:
         if request.method == "DELETE" and subresource is None:
             options = await self._body(request, optional=True)
             preconditions = options.get("preconditions") or {}
-            deleted = self.store.delete(rt, namespace, name, _policy(request.query, options), preconditions)
+            policy = _policy(request.query, options) or discovery.DEFAULT_PROPAGATION.get(rt)
+            deleted = self.store.delete(rt, namespace, name, policy, preconditions)
+            kept = _exists(self, rt, namespace, name)
             # the real server answers 202 only for a kept object whose request set orphanDependents=false
-            accepted = options.get("orphanDependents") is False and _exists(self, rt, namespace, name)
-            return json_response(deleted, 202 if accepted else 200)
-        raise ApiError(
-            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-        )
+            accepted = options.get("orphanDependents") is False and kept
+            return json_response(_delete_answer(rt, deleted, policy, kept), 202 if accepted else 200)
+        raise _NOT_ALLOWED
 
     async def _subresource(
         self, request: web.Request, rt: ResourceType, namespace: str, name: str, sub: str
@@ -261,18 +280,20 @@ class _Api:
             raise _NOT_FOUND
         if sub in ("log", "binding"):
             if request.method != ("GET" if sub == "log" else "POST"):
-                raise ApiError(
-                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-                )
+                raise _NOT_ALLOWED
             return await (self._pod_log if sub == "log" else self._binding)(request, namespace, name)
         return await self._object(request, rt, namespace, name, sub)
 
     async def _pod_log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
         """From this process's pod runtime, or proxied to the kubelet of the registered node the pod is on."""
         pod = self.store.get(PODS, namespace, name)
+        container = container_of(pod, request.query.get("container"))
         own_node = NODE_NAME if self.cluster.runtime not in (None, "none") else None
+        if own_node and not (pod.get("spec") or {}).get("nodeName"):
+            # kube-apiserver: no node yet, no kubelet to ask, no log (without a runtime, the test writing
+            # the logs is every pod's kubelet)
+            return web.Response(status=204)
         if url := kubelet_url(self.store, pod, own_node):
-            container = container_of(pod, request.query.get("container"))
             return await proxy_container_log(request, url, pod, container)
         return await serve_pod_log(request, pod, self.cluster.logs, request.query.get("container"))
 
@@ -335,7 +356,7 @@ class _Api:
             for event in initial:
                 if translated := _translate(event, predicate):
                     await response.write(_watch_frame(*translated))
-            if bookmarks and query.get("sendInitialEvents", "").lower() == "true":
+            if bookmarks and _ends_initial_events(query):
                 await response.write(self._bookmark(rt, sub.last_rv, initial_end=True))
             await self._stream(response, rt, sub, predicate, deadline, bookmarks, clean_end=ended is None)
             await response.write_eof()
@@ -425,6 +446,87 @@ def _exists(api: _Api, rt: ResourceType, namespace: str, name: str) -> bool:
     except ApiError:
         return False
     return True
+
+
+_FIELD_MANAGER_REQUIRED = ApiError(
+    422,
+    "Invalid",
+    'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+    {
+        "group": "meta.k8s.io",
+        "kind": "PatchOptions",
+        "causes": [
+            {
+                "reason": "FieldValueRequired",
+                "message": "Required value: is required for apply patch",
+                "field": "fieldManager",
+            }
+        ],
+    },
+)
+
+
+def _is_apply(request: web.Request) -> bool:
+    return request.headers.get("Content-Type", "").split(";")[0].strip().lower() == APPLY
+
+
+_GC_FINALIZERS = {"Orphan": "orphan", "Foreground": "foregroundDeletion"}
+
+
+def _delete_answer(rt: ResourceType, deleted: dict, policy: str | None, kept: bool) -> dict:
+    """What kube-apiserver answers a delete: the object when it is kept (finalizers; with Orphan or
+    Foreground the garbage collector's finalizer, which it answers with before the collector runs, as
+    localkube's synchronous collection has finished) or is of a kind that answers with it, else a
+    `Success` Status."""
+    gc_finalizer = _GC_FINALIZERS.get(policy or "")
+    if gc_finalizer:
+        meta = deleted["metadata"]
+        if gc_finalizer not in (meta.get("finalizers") or []):
+            meta["finalizers"] = [*(meta.get("finalizers") or []), gc_finalizer]
+        meta.setdefault("deletionTimestamp", now_rfc3339())
+        meta.setdefault("deletionGracePeriodSeconds", 0)
+    if kept or gc_finalizer or rt in discovery.RETURN_DELETED:
+        return deleted
+    details = {"name": deleted["metadata"]["name"], "group": rt.group, "kind": rt.plural}
+    if not rt.group:
+        del details["group"]
+    details["uid"] = deleted["metadata"]["uid"]
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def _limit(value: str | None) -> int | None:
+    """A list's `limit` (0 or less: no limit), 400 unless it is an integer, as kube-apiserver parses it."""
+    if value is None:
+        return None
+    try:
+        return max(int(value), 0) or None
+    except ValueError:
+        raise ApiError.bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
+
+
+def _unconditional_update(rt: ResourceType, name: str) -> ApiError:
+    message = "Invalid value: 0: must be specified for an update"
+    return ApiError(
+        422,
+        "Invalid",
+        f'{rt.key} "{name}" is invalid: metadata.resourceVersion: {message}',
+        {
+            "name": name,
+            "group": rt.group,
+            "kind": rt.plural,
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": message, "field": "metadata.resourceVersion"}
+            ],
+        },
+    )
+
+
+def _ends_initial_events(query: Any) -> bool:
+    """Whether kube-apiserver marks the end of a watch's initial events with a bookmark (when bookmarks are
+    allowed): asked to (`sendInitialEvents=true`), or a watch without a resourceVersion (or "0"), which
+    starts with the current objects."""
+    send = query.get("sendInitialEvents", "").lower()
+    return send == "true" or (send != "false" and query.get("resourceVersion") in (None, "", "0"))
 
 
 def _policy(query: Any, options: dict) -> str | None:

@@ -17,7 +17,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from localkube.copying import clone
 from localkube.defaults import apply_on_write, require_containers
@@ -29,7 +29,14 @@ from localkube.patches import (
     merge_patch,
     parse_patch_body,
 )
-from localkube.resources import NAMESPACES, PODS, ResourceType, default_resource_types
+from localkube.resources import (
+    NAMESPACES,
+    PODS,
+    SERVICE_ACCOUNTS,
+    ResourceType,
+    default_resource_types,
+    has_generation,
+)
 from localkube.selectors import SelectorError, compile_selectors
 from localkube.subscriptions import Subscription, WatchEvent
 
@@ -73,7 +80,17 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         return int(data["rv"]), (str(data["start"][0]), str(data["start"][1]))
     except (ValueError, KeyError, IndexError, TypeError, binascii.Error) as exc:
-        raise ApiError.expired(EXPIRED_CONTINUE_MSG) from exc
+        raise ApiError.bad_request(f"invalid continue token: continue key is not valid: {exc}") from exc
+
+
+class Page(NamedTuple):
+    """One page of a list: its items, the list's resourceVersion (a continued list keeps the first page's),
+    the continue token of the next page and how many items follow (both None on the last page)."""
+
+    items: list[dict]
+    resource_version: str
+    continue_token: str | None
+    remaining: int | None
 
 
 _Name = tuple[str, str]  # namespace ("" for cluster-scoped), name
@@ -205,6 +222,17 @@ class Store:
             for name in SYSTEM_NAMESPACES if rt == NAMESPACES else ():
                 if self._objects.get(rt, ("", name)) is None:
                     self.create(rt, "", {"metadata": {"name": name}})
+            if rt == SERVICE_ACCOUNTS:
+                for (_, namespace), _ in list(self._iter(NAMESPACES, None)):
+                    self._default_service_account(namespace)
+
+    def _default_service_account(self, namespace: str) -> None:
+        """What kube-controller-manager's service account controller makes in every namespace (at once
+        here: a real cluster refuses a pod in a new namespace until it is there)."""
+        if _gvp(SERVICE_ACCOUNTS) in self._types and not self._objects.get(
+            SERVICE_ACCOUNTS, (namespace, "default")
+        ):
+            self.create(SERVICE_ACCOUNTS, namespace, {"metadata": {"name": "default"}})
 
     def resource_type(self, group: str, version: str, plural: str) -> ResourceType:
         try:
@@ -247,26 +275,26 @@ class Store:
         field_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
-    ) -> tuple[Items, str, str | None]:
-        """(items, list resourceVersion, continue token or None)."""
+    ) -> Page:
+        """A page of the list (the items as they are now: a continued list is no snapshot)."""
         predicate = self._predicate(rt, label_selector, field_selector)
         with self._lock:
             start: tuple[str, str] | None = None
+            list_rv = self._rv
             if continue_token:
-                token_rv, start = _decode_continue(continue_token)
-                if token_rv < self._floor:
+                list_rv, start = _decode_continue(continue_token)
+                if list_rv < self._floor:
                     raise ApiError.expired(EXPIRED_CONTINUE_MSG)
             items = [
                 obj
                 for key, obj in sorted(self._iter(rt, namespace))
                 if (start is None or key > start) and predicate(obj)
             ]
-            token = None
-            if limit and len(items) > limit:
-                items = items[:limit]
-                last = items[-1]["metadata"]
-                token = _encode_continue(self._rv, (last.get("namespace", ""), last["name"]))
-            return clone(items), str(self._rv), token
+            if not limit or len(items) <= limit:
+                return Page(clone(items), str(list_rv), None, None)
+            page, last = items[:limit], items[limit - 1]["metadata"]
+            token = _encode_continue(list_rv, (last.get("namespace", ""), last["name"]))
+            return Page(clone(page), str(list_rv), token, len(items) - limit)
 
     def _predicate(
         self, rt: ResourceType, label_selector: str | None, field_selector: str | None
@@ -331,6 +359,8 @@ class Store:
             else:
                 meta.pop("namespace", None)
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+            if not has_generation(rt):
+                del meta["generation"]
             if rt.has_status:
                 obj["status"] = {}
                 if not rt.builtin:
@@ -347,6 +377,8 @@ class Store:
             obj["metadata"]["resourceVersion"] = self._next_rv()
             self._objects.put(rt, obj)
             self._publish("ADDED", rt, obj)
+            if rt == NAMESPACES:
+                self._default_service_account(obj["metadata"]["name"])
             return clone(obj)
 
     def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
@@ -464,7 +496,7 @@ class Store:
             new = self._validate(rt, new)
         if new == current:
             return clone(current)
-        if _spec_of(rt, new) != _spec_of(rt, current):
+        if has_generation(rt) and _spec_of(rt, new) != _spec_of(rt, current):
             new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
         meta = new["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -559,6 +591,9 @@ class Store:
         previous = self._objects.pop(rt, obj)
         gone = clone(obj)
         gone["metadata"]["resourceVersion"] = self._next_rv()
+        if rt == NAMESPACES:  # as the namespace controller leaves it when it deletes it
+            gone["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+            gone["status"] = {"phase": "Terminating"}
         self._publish("DELETED", rt, gone, previous)
         uid = meta["uid"]
         for dep_rt, dep in self._objects.dependents(uid):  # background garbage collection
