@@ -48,7 +48,8 @@ test: $(STAMP) ui-test chromium
 # docs/testing.md for the first build's time), localkube's agent as the operators and the kubelet.
 test-real: $(STAMP)
 	bin=$$(nice -n 10 scripts/realkube/build.sh) && \
-	REALKUBE_BIN=$$bin $(BIN)/python -m pytest -q -p no:cacheprovider tests/real $(PYTEST_ARGS)
+	to=$$(nice -n 10 scripts/realkube/build-training-operator.sh) && \
+	REALKUBE_BIN=$$bin REALTO_BIN=$$to $(BIN)/python -m pytest -q -p no:cacheprovider tests/real $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_provider_training localkube tests benchmarks example_dags scripts
