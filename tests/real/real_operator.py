@@ -1,5 +1,6 @@
-"""Recording what Kubeflow's real training operator writes: every status a job passes through (from a watch),
-and the pods and Services it made, as test data under tests/fixtures/real-operator/."""
+"""Recording what a Kubeflow controller writes (the real training operator on a RealCluster, or localkube's
+emulation): every status a job passes through (from a watch), and the pods and Services it made, as test data
+under tests/fixtures/real-operator/."""
 
 from __future__ import annotations
 
@@ -15,11 +16,54 @@ from typing import Any
 
 from localkube.realcluster import RealCluster
 
+from airflow_provider_training import operators
+from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.testing import SCRIPT_ANNOTATION
+from tests.operators.harness import KINDS, KindCase, make_context, manifest, run_operator
 
+NAMESPACE = "default"
+# MXJob was removed in v1.9.0: nothing serves it.
+SERVED = [case for case in KINDS if case.kind != "MXJob"]
 RECORDINGS = Path(__file__).parents[1] / "fixtures" / "real-operator"
 TIME_FIELDS = {"lastTransitionTime", "lastUpdateTime", "startTime", "completionTime", "lastReconcileTime"}
 JOB_LABEL = "training.kubeflow.org/job-name"
+
+
+def script(case: KindCase, scenario: str) -> dict[str, Any]:
+    """The pods' timeline of ``scenario``: "success", or "failure" of the deciding replica (exit code 3)."""
+    if scenario == "success":
+        return {"default": {"duration": 0.5, "logs": ["{type}-{index} saved model"]}}
+    return {
+        "default": {"duration": 5},
+        case.master: {"duration": 0.2, "exit_code": 3, "logs": ["RuntimeError: shard 7 is corrupt"]},
+    }
+
+
+@dataclass
+class Run:
+    """One scenario's outcome: the operator's result (or its TrainingJobError), every status the job passed
+    through, and its pods and Services as they were when the operator returned."""
+
+    outcome: Any
+    record: StatusRecording
+    children: dict[str, Any]
+
+
+def run_recorded(api: Api, case: KindCase, name: str, scenario: str) -> Run:
+    """Run ``case``'s provider operator (deferrable) on ``scenario`` while watching the job; delete the job
+    after."""
+    job = scripts_on_pods(manifest(case, script(case, scenario), name=name, namespace=NAMESPACE))
+    op = getattr(operators, f"{case.kind}Operator")(
+        task_id="train", job=job, check_interval=0.2, log_replicas="all"
+    )
+    with recording(api, case.plural, NAMESPACE, name) as record:
+        try:
+            outcome: Any = run_operator(op, make_context(), "deferrable")
+        except TrainingJobError as err:
+            outcome = err
+        made = children(api, NAMESPACE, name)
+        api.open(f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/{case.plural}/{name}", "DELETE").close()
+    return Run(outcome, record, made)
 
 
 def scripts_on_pods(job: dict[str, Any]) -> dict[str, Any]:
@@ -64,16 +108,36 @@ class StatusRecording:
         return [[c["type"] for c in s.get("conditions", []) if c["status"] == "True"] for s in self.statuses]
 
 
+@dataclass(frozen=True)
+class Api:
+    """An API server as a bearer token's holder reaches it."""
+
+    url: str
+    token: str
+    cafile: Path | None = None  # None: plain HTTP (localkube)
+
+    @classmethod
+    def of(cls, cluster: RealCluster) -> Api:
+        return cls(cluster.url, cluster._token, cluster.certs["ca"])
+
+    def open(self, path: str, method: str = "GET", timeout: float = 60) -> Any:
+        req = urllib.request.Request(self.url + path, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        context = ssl.create_default_context(cafile=str(self.cafile)) if self.cafile else None
+        return urllib.request.urlopen(req, context=context, timeout=timeout)
+
+    def get(self, path: str) -> dict[str, Any]:
+        with self.open(path) as response:
+            return dict(json.loads(response.read()))
+
+
 @contextmanager
-def recording(cluster: RealCluster, plural: str, namespace: str, name: str) -> Iterator[StatusRecording]:
+def recording(api: Api, plural: str, namespace: str, name: str) -> Iterator[StatusRecording]:
     """Watch the job ``name`` from before it exists until it is deleted (the block must delete it)."""
     base = f"/apis/kubeflow.org/v1/namespaces/{namespace}/{plural}"
-    version = cluster.get(base)["metadata"]["resourceVersion"]
+    version = api.get(base)["metadata"]["resourceVersion"]
     query = f"?watch=true&fieldSelector=metadata.name%3D{name}&resourceVersion={version}&timeoutSeconds=300"
-    req = urllib.request.Request(cluster.url + base + query)
-    req.add_header("Authorization", f"Bearer {cluster._token}")
-    context = ssl.create_default_context(cafile=str(cluster.certs["ca"]))
-    response = urllib.request.urlopen(req, context=context, timeout=300)
+    response = api.open(base + query, timeout=300)
     recorded = StatusRecording()
 
     def read() -> None:
@@ -97,11 +161,11 @@ def recording(cluster: RealCluster, plural: str, namespace: str, name: str) -> I
     assert recorded.error is None, recorded.error
 
 
-def children(cluster: RealCluster, namespace: str, name: str) -> dict[str, Any]:
+def children(api: Api, namespace: str, name: str) -> dict[str, Any]:
     """The job's pods and Services as the operator made them: names, labels, init containers, env, ports."""
     selector = f"labelSelector={JOB_LABEL}%3D{name}"
-    pods = cluster.get(f"/api/v1/namespaces/{namespace}/pods?{selector}")["items"]
-    services = cluster.get(f"/api/v1/namespaces/{namespace}/services?{selector}")["items"]
+    pods = api.get(f"/api/v1/namespaces/{namespace}/pods?{selector}")["items"]
+    services = api.get(f"/api/v1/namespaces/{namespace}/services?{selector}")["items"]
     return {
         "pods": {
             p["metadata"]["name"]: {

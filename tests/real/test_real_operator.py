@@ -14,16 +14,11 @@ import pytest
 from localkube.pytest_plugin import connection_json
 from localkube.realcluster import RealCluster
 
-from airflow_provider_training import operators
 from airflow_provider_training.results import TrainingJobError
-from tests.operators.harness import KINDS, make_context, manifest, run_operator
 from tests.real.conftest import launch
-from tests.real.real_operator import children, recording, save, scripts_on_pods
+from tests.real.real_operator import SERVED, Api, Run, run_recorded, save, script
 
 pytestmark = pytest.mark.timeout(240)
-# MXJob was removed in v1.9.0: nothing serves it.
-SERVED = [case for case in KINDS if case.kind != "MXJob"]
-NAMESPACE = "default"
 
 
 @pytest.fixture(scope="session")
@@ -42,29 +37,13 @@ def operator_conn(operator_cluster: RealCluster, monkeypatch: pytest.MonkeyPatch
     return operator_cluster
 
 
-def operator_for(case, name: str, script: dict):
-    cls = getattr(operators, f"{case.kind}Operator")
-    job = scripts_on_pods(manifest(case, script, name=name, namespace=NAMESPACE))
-    return cls(task_id="train", job=job, check_interval=0.2, log_replicas="all")
-
-
-def run_recorded(cluster: RealCluster, case, name: str, script: dict, scenario: str):
-    """Run the operator (deferrable) while watching the job; delete the job after. Returns the operator's
-    result or error, the status record and the children the operator saw."""
-    path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/{case.plural}/{name}"
-    with recording(cluster, case.plural, NAMESPACE, name) as record:
-        try:
-            outcome: object = run_operator(operator_for(case, name, script), make_context(), "deferrable")
-        except TrainingJobError as err:
-            outcome = err
-        made = children(cluster, NAMESPACE, name)
-        cluster.request("DELETE", path)
+def run(cluster: RealCluster, case, name: str, scenario: str) -> Run:
+    """The scenario, recorded; saved to tests/fixtures/real-operator/ when ``REALTO_RECORD`` is set."""
+    result = run_recorded(Api.of(cluster), case, name, scenario)
     if os.environ.get("REALTO_RECORD"):
-        save(
-            scenario,
-            {"kind": case.kind, "script": script, "statuses": record.statuses, "children": made},
-        )
-    return outcome, record, made
+        record = {"kind": case.kind, "script": script(case, scenario), "statuses": result.record.statuses}
+        save(f"{case.kind.lower()}-{scenario}", {**record, "children": result.children})
+    return result
 
 
 def pod_names(case, name: str) -> set[str]:
@@ -83,9 +62,9 @@ def conditions(status: dict) -> dict[str, dict]:
 @pytest.mark.parametrize("case", SERVED, ids=str)
 def test_success(operator_conn, case):
     name = f"to-{case.plural[:-1]}-ok"
-    script = {"default": {"duration": 0.5, "logs": ["{type}-{index} saved model"]}}
 
-    result, record, made = run_recorded(operator_conn, case, name, script, f"{case.kind.lower()}-success")
+    done = run(operator_conn, case, name, "success")
+    result, record, made = done.outcome, done.record, done.children
 
     assert not isinstance(result, Exception), result
     assert result["state"] == "Succeeded"
@@ -99,12 +78,9 @@ def test_success(operator_conn, case):
 @pytest.mark.parametrize("case", SERVED, ids=str)
 def test_failure_names_the_replica_and_its_exit_code(operator_conn, case):
     name = f"to-{case.plural[:-1]}-fail"
-    script = {
-        "default": {"duration": 5},
-        case.master: {"duration": 0.2, "exit_code": 3, "logs": ["RuntimeError: shard 7 is corrupt"]},
-    }
 
-    error, record, _ = run_recorded(operator_conn, case, name, script, f"{case.kind.lower()}-failure")
+    done = run(operator_conn, case, name, "failure")
+    error, record = done.outcome, done.record
 
     assert isinstance(error, TrainingJobError), error
     message = str(error)
