@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 import pytest
+from localkube.gates import open_gate
 
 from tests.real.real_operator import RECORDINGS, SERVED, Api, run_recorded
 
@@ -53,7 +54,7 @@ def test_the_emulation_writes_what_the_real_operator_wrote(cluster, case, scenar
     real = json.loads((RECORDINGS / f"{case.kind.lower()}-{scenario}.json").read_text())
     name = f"to-{case.plural[:-1]}-{SCENARIOS[scenario]}"  # the name the real run used
 
-    emulated = run_recorded(Api(cluster.url, cluster.token), case, name, scenario)
+    emulated = run_recorded(Api(cluster.url, cluster.token), case, name, scenario, open_gate)
 
     assert condition_steps(emulated.record.statuses) == condition_steps(real["statuses"])
     assert final_replicas(case.kind, emulated.record.statuses[-1]) == final_replicas(

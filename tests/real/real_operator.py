@@ -8,7 +8,8 @@ import json
 import ssl
 import threading
 import urllib.request
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,41 +30,57 @@ TIME_FIELDS = {"lastTransitionTime", "lastUpdateTime", "startTime", "completionT
 JOB_LABEL = "training.kubeflow.org/job-name"
 
 
-def script(case: KindCase, scenario: str) -> dict[str, Any]:
-    """The pods' timeline of ``scenario``: "success", or "failure" of the deciding replica (exit code 3)."""
+def script(case: KindCase, scenario: str, gate: str) -> dict[str, Any]:
+    """The pods' timeline of ``scenario``: "success", or "failure" (exit code 3) of one pod of the deciding
+    replica type (JAXJob's has two: how many failed when the controller looked is then not a race). The pods
+    that decide wait at ``gate``, opened once the job is Running: the controller writes Running whatever the
+    machine's speed."""
     if scenario == "success":
-        return {"default": {"duration": 0.5, "logs": ["{type}-{index} saved model"]}}
+        return {"default": {"duration": 0.2, "gate": gate, "after_gate": ["{type}-{index} saved model"]}}
+    failing = f"{case.master}-0" if case.replicas[case.master] > 1 else case.master
     return {
         "default": {"duration": 5},
-        case.master: {"duration": 0.2, "exit_code": 3, "logs": ["RuntimeError: shard 7 is corrupt"]},
+        failing: {
+            "duration": 0.2,
+            "gate": gate,
+            "exit_code": 3,
+            "logs": ["loading shards"],
+            "after_gate": ["RuntimeError: shard 7 is corrupt"],
+        },
     }
 
 
 @dataclass
 class Run:
     """One scenario's outcome: the operator's result (or its TrainingJobError), every status the job passed
-    through, and its pods and Services as they were when the operator returned."""
+    through, its pods and Services as they were when the operator returned, and the pods' script."""
 
     outcome: Any
     record: StatusRecording
     children: dict[str, Any]
+    script: dict[str, Any]
 
 
-def run_recorded(api: Api, case: KindCase, name: str, scenario: str) -> Run:
-    """Run ``case``'s provider operator (deferrable) on ``scenario`` while watching the job; delete the job
-    after."""
-    job = scripts_on_pods(manifest(case, script(case, scenario), name=name, namespace=NAMESPACE))
+def run_recorded(api: Api, case: KindCase, name: str, scenario: str, open_gate: Callable[[str], None]) -> Run:
+    """Run ``case``'s provider operator (deferrable) on ``scenario`` while watching the job, opening the
+    scenario's gate (``open_gate``) once the job is Running; delete the job after."""
+    gate = f"{name}-{uuid.uuid4().hex[:8]}"  # gates stay open: one per run
+    timeline = script(case, scenario, gate)
+    job = scripts_on_pods(manifest(case, timeline, name=name, namespace=NAMESPACE))
     op = getattr(operators, f"{case.kind}Operator")(
         task_id="train", job=job, check_interval=0.2, log_replicas="all"
     )
     with recording(api, case.plural, NAMESPACE, name) as record:
+        opener = threading.Thread(target=lambda: (record.running.wait(120), open_gate(gate)), daemon=True)
+        opener.start()
         try:
             outcome: Any = run_operator(op, make_context(), "deferrable")
         except TrainingJobError as err:
             outcome = err
+        opener.join(120)
         made = children(api, NAMESPACE, name)
         api.open(f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/{case.plural}/{name}", "DELETE").close()
-    return Run(outcome, record, made)
+    return Run(outcome, record, made, timeline)
 
 
 def scripts_on_pods(job: dict[str, Any]) -> dict[str, Any]:
@@ -90,16 +107,19 @@ def without_times(value: Any) -> Any:
 
 @dataclass
 class StatusRecording:
-    """The job's statuses in the order a watch delivered them (consecutive equal ones once), and its last
-    event type."""
+    """The job's statuses in the order a watch delivered them (consecutive equal ones once), and the watch's
+    event types."""
 
     statuses: list[dict[str, Any]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     error: BaseException | None = None
+    running: threading.Event = field(default_factory=threading.Event)  # a status had Running True
 
     def add(self, event_type: str, obj: dict[str, Any]) -> None:
         self.events.append(event_type)
         status = without_times(obj.get("status") or {})
+        if any(c["type"] == "Running" and c["status"] == "True" for c in status.get("conditions", [])):
+            self.running.set()
         if not self.statuses or self.statuses[-1] != status:
             self.statuses.append(status)
 

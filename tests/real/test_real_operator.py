@@ -16,7 +16,8 @@ from localkube.realcluster import RealCluster
 
 from airflow_provider_training.results import TrainingJobError
 from tests.real.conftest import launch
-from tests.real.real_operator import SERVED, Api, Run, run_recorded, save, script
+from tests.real.families_real import open_gate
+from tests.real.real_operator import SERVED, Api, Run, run_recorded, save
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -39,9 +40,9 @@ def operator_conn(operator_cluster: RealCluster, monkeypatch: pytest.MonkeyPatch
 
 def run(cluster: RealCluster, case, name: str, scenario: str) -> Run:
     """The scenario, recorded; saved to tests/fixtures/real-operator/ when ``REALTO_RECORD`` is set."""
-    result = run_recorded(Api.of(cluster), case, name, scenario)
+    result = run_recorded(Api.of(cluster), case, name, scenario, lambda gate: open_gate(cluster, gate))
     if os.environ.get("REALTO_RECORD"):
-        record = {"kind": case.kind, "script": script(case, scenario), "statuses": result.record.statuses}
+        record = {"kind": case.kind, "script": result.script, "statuses": result.record.statuses}
         save(f"{case.kind.lower()}-{scenario}", {**record, "children": result.children})
     return result
 
@@ -60,7 +61,7 @@ def conditions(status: dict) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("case", SERVED, ids=str)
-def test_success(operator_conn, case):
+def test_success(operator_conn, case, capsys):
     name = f"to-{case.plural[:-1]}-ok"
 
     done = run(operator_conn, case, name, "success")
@@ -73,6 +74,8 @@ def test_success(operator_conn, case):
     assert final["Succeeded"]["status"] == "True"
     assert final["Created"]["status"] == "True"
     assert set(made["pods"]) == pod_names(case, name)
+    out = capsys.readouterr().out.splitlines()
+    assert any(f"[{case.master.lower()}" in line and "saved model" in line for line in out)
 
 
 @pytest.mark.parametrize("case", SERVED, ids=str)

@@ -41,7 +41,8 @@ WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
 WEBHOOK_KINDS = ("jaxjob", "paddlejob", "pytorchjob", "tfjob", "xgboostjob")
 STATED_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # pkg/cert's certDir, only stat'ed
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)
-AGENT_ARGS = ("--runtime", "scripted")  # the kubelet only: the operator is the real one
+# The kubelet, and gates opened by ConfigMaps (localkube.controllers.gates): the operator is the real one.
+AGENT_ARGS = ("--runtime", "scripted", "--controllers", "gates")
 
 
 def host_address() -> str:
