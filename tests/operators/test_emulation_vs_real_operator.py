@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 from localkube.gates import open_gate
 
-from tests.real.real_operator import RECORDINGS, SERVED, Api, run_recorded
+from tests.real.real_operator import RECORDINGS, Api, cases, run_recorded
 
 pytestmark = pytest.mark.timeout(120)
-SCENARIOS = {"success": "ok", "failure": "fail"}
 
 
 def condition_steps(statuses: list[dict[str, Any]]) -> list[list[tuple[str, ...]]]:
@@ -48,13 +47,11 @@ def final_replicas(kind: str, status: dict[str, Any]) -> Any:
     return sorted(replicas)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-@pytest.mark.parametrize("case", SERVED, ids=str)
+@pytest.mark.parametrize(("case", "scenario"), cases(), ids=lambda v: str(v))
 def test_the_emulation_writes_what_the_real_operator_wrote(cluster, case, scenario):
     real = json.loads((RECORDINGS / f"{case.kind.lower()}-{scenario}.json").read_text())
-    name = f"to-{case.plural[:-1]}-{SCENARIOS[scenario]}"  # the name the real run used
 
-    emulated = run_recorded(Api(cluster.url, cluster.token), case, name, scenario, open_gate)
+    emulated = run_recorded(Api(cluster.url, cluster.token), case, scenario, open_gate)
 
     assert condition_steps(emulated.record.statuses) == condition_steps(real["statuses"])
     assert final_replicas(case.kind, emulated.record.statuses[-1]) == final_replicas(

@@ -30,19 +30,67 @@ TIME_FIELDS = {"lastTransitionTime", "lastUpdateTime", "startTime", "completionT
 JOB_LABEL = "training.kubeflow.org/job-name"
 
 
-def script(case: KindCase, scenario: str, gate: str) -> dict[str, Any]:
-    """The pods' timeline of ``scenario``: "success", or "failure" (exit code 3) of one pod of the deciding
-    replica type (JAXJob's has two: how many failed when the controller looked is then not a race). The pods
-    that decide wait at ``gate``, opened once the job is Running: the controller writes Running whatever the
-    machine's speed."""
+# Scenario -> the suffix of its job's name. "restart": the deciding pod's first attempt is killed (exit code
+# 137, retryable under restartPolicy ExitCode), its replacement succeeds.
+SCENARIOS = {"success": "ok", "failure": "fail", "restart": "restart"}
+RESTARTING_KINDS = ("PyTorchJob", "TFJob")  # the kinds the restart scenario runs for
+Statuses = list[dict[str, Any]]
+
+
+def cases() -> list[tuple[KindCase, str]]:
+    """Every (kind, scenario) recorded."""
+    return [
+        (case, scenario)
+        for case in SERVED
+        for scenario in SCENARIOS
+        if scenario != "restart" or case.kind in RESTARTING_KINDS
+    ]
+
+
+def job_name(case: KindCase, scenario: str) -> str:
+    return f"to-{case.plural[:-1]}-{SCENARIOS[scenario]}"
+
+
+def has(statuses: Statuses, type_: str) -> int | None:
+    """The index of the first status with condition ``type_`` True, or None."""
+    return next(
+        (
+            i
+            for i, s in enumerate(statuses)
+            for c in s.get("conditions", [])
+            if (c["type"], c["status"]) == (type_, "True")
+        ),
+        None,
+    )
+
+
+def ran(statuses: Statuses) -> bool:
+    return has(statuses, "Running") is not None
+
+
+def ran_again(statuses: Statuses) -> bool:
+    """Running again after Restarting."""
+    restarting = has(statuses, "Restarting")
+    return restarting is not None and ran(statuses[restarting + 1 :])
+
+
+def script(case: KindCase, scenario: str, gates: list[str]) -> dict[str, Any]:
+    """The pods' timeline of ``scenario``: "success"; "failure" (exit code 3) of one pod of the deciding
+    replica type (JAXJob's has two: how many failed when the controller looked is then not a race);
+    "restart". The deciding pods wait at ``gates[0]`` until the job is Running (the replacement in "restart"
+    at ``gates[1]`` until it is Running again): the controller writes Running whatever the machine's speed."""
+    done = {"duration": 0.2, "gate": gates[0], "after_gate": ["{type}-{index} saved model"]}
     if scenario == "success":
-        return {"default": {"duration": 0.2, "gate": gate, "after_gate": ["{type}-{index} saved model"]}}
+        return {"default": done}
+    if scenario == "restart":
+        killed = {"duration": 0.2, "gate": gates[0], "exit_code": 137, "after_gate": ["Killed"]}
+        return {"default": done, case.master: {"attempts": [killed, {**done, "gate": gates[1]}]}}
     failing = f"{case.master}-0" if case.replicas[case.master] > 1 else case.master
     return {
         "default": {"duration": 5},
         failing: {
             "duration": 0.2,
-            "gate": gate,
+            "gate": gates[0],
             "exit_code": 3,
             "logs": ["loading shards"],
             "after_gate": ["RuntimeError: shard 7 is corrupt"],
@@ -61,17 +109,26 @@ class Run:
     script: dict[str, Any]
 
 
-def run_recorded(api: Api, case: KindCase, name: str, scenario: str, open_gate: Callable[[str], None]) -> Run:
+def run_recorded(api: Api, case: KindCase, scenario: str, open_gate: Callable[[str], None]) -> Run:
     """Run ``case``'s provider operator (deferrable) on ``scenario`` while watching the job, opening the
-    scenario's gate (``open_gate``) once the job is Running; delete the job after."""
-    gate = f"{name}-{uuid.uuid4().hex[:8]}"  # gates stay open: one per run
-    timeline = script(case, scenario, gate)
-    job = scripts_on_pods(manifest(case, timeline, name=name, namespace=NAMESPACE))
+    scenario's gates (``open_gate``) as the job reaches Running (and Running again); delete the job after."""
+    name = job_name(case, scenario)
+    steps = [ran, ran_again] if scenario == "restart" else [ran]
+    gates = [f"{name}-{i}-{uuid.uuid4().hex[:8]}" for i in range(len(steps))]  # gates stay open: new ones
+    timeline = script(case, scenario, gates)
+    policy = "ExitCode" if scenario == "restart" else "Never"
+    job = scripts_on_pods(manifest(case, timeline, name=name, namespace=NAMESPACE, restart_policy=policy))
     op = getattr(operators, f"{case.kind}Operator")(
         task_id="train", job=job, check_interval=0.2, log_replicas="all"
     )
+
+    def open_gates() -> None:
+        for step, gate in zip(steps, gates, strict=True):
+            record.wait_until(step, 120)
+            open_gate(gate)
+
     with recording(api, case.plural, NAMESPACE, name) as record:
-        opener = threading.Thread(target=lambda: (record.running.wait(120), open_gate(gate)), daemon=True)
+        opener = threading.Thread(target=open_gates, daemon=True)
         opener.start()
         try:
             outcome: Any = run_operator(op, make_context(), "deferrable")
@@ -113,19 +170,20 @@ class StatusRecording:
     statuses: list[dict[str, Any]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     error: BaseException | None = None
-    running: threading.Event = field(default_factory=threading.Event)  # a status had Running True
+    changed: threading.Condition = field(default_factory=threading.Condition)
 
     def add(self, event_type: str, obj: dict[str, Any]) -> None:
-        self.events.append(event_type)
         status = without_times(obj.get("status") or {})
-        if any(c["type"] == "Running" and c["status"] == "True" for c in status.get("conditions", [])):
-            self.running.set()
-        if not self.statuses or self.statuses[-1] != status:
-            self.statuses.append(status)
+        with self.changed:
+            self.events.append(event_type)
+            if not self.statuses or self.statuses[-1] != status:
+                self.statuses.append(status)
+            self.changed.notify_all()
 
-    def condition_types(self) -> list[list[str]]:
-        """Per recorded status, its True conditions' types in the order the status lists them."""
-        return [[c["type"] for c in s.get("conditions", []) if c["status"] == "True"] for s in self.statuses]
+    def wait_until(self, check: Callable[[Statuses], bool], timeout: float) -> bool:
+        """Block until the statuses so far satisfy ``check`` (a synchronisation helper)."""
+        with self.changed:
+            return self.changed.wait_for(lambda: check(self.statuses), timeout)
 
 
 @dataclass(frozen=True)

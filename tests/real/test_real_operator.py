@@ -17,7 +17,7 @@ from localkube.realcluster import RealCluster
 from airflow_provider_training.results import TrainingJobError
 from tests.real.conftest import launch
 from tests.real.families_real import open_gate
-from tests.real.real_operator import SERVED, Api, Run, run_recorded, save
+from tests.real.real_operator import RESTARTING_KINDS, SERVED, Api, Run, has, job_name, run_recorded, save
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,9 +38,9 @@ def operator_conn(operator_cluster: RealCluster, monkeypatch: pytest.MonkeyPatch
     return operator_cluster
 
 
-def run(cluster: RealCluster, case, name: str, scenario: str) -> Run:
+def run(cluster: RealCluster, case, scenario: str) -> Run:
     """The scenario, recorded; saved to tests/fixtures/real-operator/ when ``REALTO_RECORD`` is set."""
-    result = run_recorded(Api.of(cluster), case, name, scenario, lambda gate: open_gate(cluster, gate))
+    result = run_recorded(Api.of(cluster), case, scenario, lambda gate: open_gate(cluster, gate))
     if os.environ.get("REALTO_RECORD"):
         record = {"kind": case.kind, "script": result.script, "statuses": result.record.statuses}
         save(f"{case.kind.lower()}-{scenario}", {**record, "children": result.children})
@@ -62,9 +62,9 @@ def conditions(status: dict) -> dict[str, dict]:
 
 @pytest.mark.parametrize("case", SERVED, ids=str)
 def test_success(operator_conn, case, capsys):
-    name = f"to-{case.plural[:-1]}-ok"
+    name = job_name(case, "success")
 
-    done = run(operator_conn, case, name, "success")
+    done = run(operator_conn, case, "success")
     result, record, made = done.outcome, done.record, done.children
 
     assert not isinstance(result, Exception), result
@@ -80,9 +80,7 @@ def test_success(operator_conn, case, capsys):
 
 @pytest.mark.parametrize("case", SERVED, ids=str)
 def test_failure_names_the_replica_and_its_exit_code(operator_conn, case):
-    name = f"to-{case.plural[:-1]}-fail"
-
-    done = run(operator_conn, case, name, "failure")
+    done = run(operator_conn, case, "failure")
     error, record = done.outcome, done.record
 
     assert isinstance(error, TrainingJobError), error
@@ -93,3 +91,17 @@ def test_failure_names_the_replica_and_its_exit_code(operator_conn, case):
     failed = conditions(record.statuses[-1])["Failed"]
     assert failed["status"] == "True"
     print(json.dumps(failed))
+
+
+@pytest.mark.parametrize("case", [c for c in SERVED if c.kind in RESTARTING_KINDS], ids=str)
+def test_restarting_then_success(operator_conn, case):
+    done = run(operator_conn, case, "restart")
+
+    assert not isinstance(done.outcome, Exception), done.outcome
+    assert done.outcome["state"] == "Succeeded"
+    statuses = done.record.statuses
+    restarting = has(statuses, "Restarting")
+    assert restarting is not None, "the job never was Restarting"
+    message = next(c["message"] for c in statuses[restarting]["conditions"] if c["type"] == "Restarting")
+    assert f"restarting because {case.master} replica(s) failed" in message
+    assert conditions(statuses[-1])["Succeeded"]["status"] == "True"
