@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,10 +15,24 @@ import pytest
 from localkube.pytest_plugin import connection_json
 from localkube.realcluster import RealCluster
 
+from airflow_provider_training import operators
 from airflow_provider_training.results import TrainingJobError
+from tests.operators.harness import in_thread, make_context, manifest, run_operator
 from tests.real.conftest import launch
 from tests.real.families_real import open_gate
-from tests.real.real_operator import RESTARTING_KINDS, SERVED, Api, Run, has, job_name, run_recorded, save
+from tests.real.real_operator import (
+    JOB_LABEL,
+    NAMESPACE,
+    RESTARTING_KINDS,
+    SERVED,
+    Api,
+    Run,
+    has,
+    job_name,
+    run_recorded,
+    save,
+    scripts_on_pods,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,6 +69,16 @@ def pod_names(case, name: str) -> set[str]:
         for t, n in case.replicas.items()
         for i in range(n)
     }
+
+
+def status_of(cluster: RealCluster, path: str) -> dict:
+    """The job's status; {} while it does not exist yet."""
+    try:
+        return cluster.get(path).get("status") or {}
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            return {}
+        raise
 
 
 def conditions(status: dict) -> dict[str, dict]:
@@ -105,3 +130,23 @@ def test_restarting_then_success(operator_conn, case):
     message = next(c["message"] for c in statuses[restarting]["conditions"] if c["type"] == "Restarting")
     assert f"restarting because {case.master} replica(s) failed" in message
     assert conditions(statuses[-1])["Succeeded"]["status"] == "True"
+
+
+@pytest.mark.parametrize("case", [c for c in SERVED if c.kind in RESTARTING_KINDS], ids=str)
+def test_deleted_while_waiting_in_sync_mode(operator_conn, case):
+    name = f"to-{case.plural[:-1]}-deleted"
+    job = scripts_on_pods(manifest(case, {"default": {"duration": None}}, name=name, namespace=NAMESPACE))
+    op = getattr(operators, f"{case.kind}Operator")(task_id="train", job=job, check_interval=0.2)
+    path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/{case.plural}/{name}"
+    worker, outcome = in_thread(lambda: run_operator(op, make_context(), "sync"))
+    operator_conn.wait_for(lambda: has([status_of(operator_conn, path)], "Running") == 0, 60)
+
+    operator_conn.request("DELETE", path)
+    worker.join(timeout=90)
+
+    assert isinstance(outcome.get("error"), TrainingJobError), outcome
+    assert outcome["error"].status == "deleted"
+    selector = f"labelSelector={JOB_LABEL}%3D{name}"
+    operator_conn.wait_for(
+        lambda: not operator_conn.get(f"/api/v1/namespaces/{NAMESPACE}/pods?{selector}")["items"], 60
+    )
