@@ -164,18 +164,15 @@ def without_times(value: Any) -> Any:
 
 @dataclass
 class StatusRecording:
-    """The job's statuses in the order a watch delivered them (consecutive equal ones once), and the watch's
-    event types."""
+    """The job's statuses in the order a watch delivered them (consecutive equal ones once)."""
 
     statuses: list[dict[str, Any]] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)
     error: BaseException | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
 
-    def add(self, event_type: str, obj: dict[str, Any]) -> None:
+    def add(self, obj: dict[str, Any]) -> None:
         status = without_times(obj.get("status") or {})
         with self.changed:
-            self.events.append(event_type)
             if not self.statuses or self.statuses[-1] != status:
                 self.statuses.append(status)
             self.changed.notify_all()
@@ -222,7 +219,7 @@ def recording(api: Api, plural: str, namespace: str, name: str) -> Iterator[Stat
         try:
             for line in response:
                 event = json.loads(line)
-                recorded.add(event["type"], event["object"])
+                recorded.add(event["object"])
                 if event["type"] == "DELETED":
                     return
         except BaseException as exc:  # the test reports it
