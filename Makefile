@@ -50,7 +50,8 @@ test: $(STAMP) ui-test chromium
 # localkube one, which `make test` runs).
 test-real: $(STAMP)
 	bin=$$(nice -n 10 scripts/realkube/build.sh) && \
-	REALKUBE_BIN=$$bin $(BIN)/python -m pytest -q -p no:cacheprovider -m real tests/real localkube/tests $(PYTEST_ARGS)
+	to=$$(nice -n 10 scripts/realkube/build-training-operator.sh) && \
+	REALKUBE_BIN=$$bin REALTO_BIN=$$to $(BIN)/python -m pytest -q -p no:cacheprovider -m real tests/real localkube/tests $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_provider_training localkube tests benchmarks example_dags scripts

@@ -4,7 +4,8 @@ localkube's own API tests when ``REALKUBE_BIN`` is set).
 etcd, kube-apiserver (RBAC, token authentication, service-account tokens) and kube-controller-manager (garbage
 collection, Jobs, ReplicaSets, service accounts) from the binaries the provider repository's
 scripts/realkube/build.sh builds, plus
-``localkube agent`` as the training operators and the kubelet (it binds pods itself: no kube-scheduler).
+``localkube agent`` as the training operators and the kubelet (it binds pods itself: no kube-scheduler), or,
+with ``training_operator``, as the kubelet only beside Kubeflow's real training operator.
 Everything listens on free ports of 127.0.0.1 and lives in one directory; ``stop()`` ends the processes it
 started.
 """
@@ -34,6 +35,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+
+from localkube import realoperator
 
 log = logging.getLogger(__name__)
 
@@ -158,12 +161,20 @@ class RealCluster:
     apiserver_args: tuple[str, ...] = ()
     # Flags added to kube-controller-manager's (e.g. a short ``--node-monitor-grace-period``).
     controller_manager_args: tuple[str, ...] = ()
+    # Kubeflow's real training operator (its binary) in place of the agent's emulation: the agent then runs
+    # only the kubelet, and kube-apiserver routes to the operator's webhook endpoint (localkube.realoperator).
+    training_operator: Path | None = None
     url: str = ""
     version: str = ""
     crds_installed: list[str] = field(default_factory=list)
     crds_dropped: dict[str, str] = field(default_factory=dict)
     _processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     _token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        if self.training_operator is not None:
+            self.agent_args = realoperator.AGENT_ARGS
+            self.apiserver_args = (*self.apiserver_args, *realoperator.APISERVER_ARGS)
 
     # -- start and stop ----------------------------------------------------------------------------------
 
@@ -180,6 +191,8 @@ class RealCluster:
             self.install_crds()
             self._start_controller_manager()
             self._start_agent()
+            if self.training_operator is not None:
+                realoperator.TrainingOperator(self.training_operator, self.directory).start(self)
             self.wait_for(lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), 60)
         except BaseException:
             self.stop()

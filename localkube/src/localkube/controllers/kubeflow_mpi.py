@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 CONFIG_VOLUME, CONFIG_PATH = "mpi-job-config", "/etc/mpi"
 KUBECTL_VOLUME, KUBECTL_PATH = "mpi-job-kubectl", "/opt/kube"
-KUBECTL_DELIVERY_IMAGE = "kubeflow/kubectl-delivery:latest"
+KUBECTL_DELIVERY_IMAGE = "ghcr.io/kubeflow/training-v1/kubectl-delivery:latest"  # TO-1.9's default
 KUBEXEC, HOSTFILE, DISCOVER_HOSTS = "kubexec.sh", "hostfile", "discover_hosts.sh"
 
 
@@ -75,7 +75,8 @@ def reconcile_replicas(rec: Reconciliation) -> None:
     for pod in [*workers, *([launcher] if launcher else [])]:
         # a failed replica restarts as in every kind (deleted here, recreated by the next pass)
         rec.check_failed_pod("Launcher" if pod is launcher else "Worker", pod)
-    if launcher is None or _phase(launcher) not in ("Succeeded", "Failed"):
+    finished = launcher is not None and _phase(launcher) in ("Succeeded", "Failed")
+    if not finished:
         _sync_config_map(rec, workers)
         replicas = job.replicas("Worker")
         existing = by_index(workers)
@@ -92,8 +93,9 @@ def reconcile_replicas(rec: Reconciliation) -> None:
             rec.record("Normal", "MPIJobRunning", f"launcher pod created success: {launcher_name}")
     if launcher is not None:
         _count(launcher_counts, launcher)
-    for pod in workers:
-        _count(worker_counts, pod)
+    if not finished:
+        for pod in workers:  # TO-1.9 lists no workers once the launcher finished: their counters stay 0
+            _count(worker_counts, pod)
 
 
 def _phase(pod: dict) -> str:
@@ -248,10 +250,8 @@ def _launcher_pod(rec: Reconciliation) -> dict:
         {"name": "OMPI_MCA_orte_default_hostfile", "value": f"{CONFIG_PATH}/{HOSTFILE}"},
     ]
     if not _gpu_launcher(rec):
-        env += [
-            {"name": "NVIDIA_VISIBLE_DEVICES", "value": ""},
-            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": ""},
-        ]
+        # Value "" on the Go side: omitempty leaves the key out of what the API server returns.
+        env += [{"name": "NVIDIA_VISIBLE_DEVICES"}, {"name": "NVIDIA_DRIVER_CAPABILITIES"}]
     names = {e["name"] for e in env}
     if "I_MPI_HYDRA_BOOTSTRAP" not in names:
         env.append({"name": "I_MPI_HYDRA_BOOTSTRAP", "value": "rsh"})

@@ -44,23 +44,27 @@ class StatusContext:
         if event and self.status.get("conditions") != before:
             self.record(event, reason, message)
 
-    def running(self) -> None:
+    # Messages as TO-1.9 words them: "qualified" ones name the job `namespace/name` (TFJob and JAXJob always,
+    # PyTorchJob and PaddleJob without a Master); the others (Master-decided, XGBoost, MPI, MXNet) name it
+    # `name` and say "is successfully completed". Only TFJob's Failed message is qualified ("has failed").
+    def _subject(self, qualified: bool) -> str:
         job = self.job
-        self._set(
-            cond.RUNNING, f"{self.kind}Running", f"{self.kind} {job.namespace}/{job.name} is running.", None
-        )
+        return f"{self.kind} {job.namespace}/{job.name}" if qualified else f"{self.kind} {job.name}"
 
-    def succeed(self) -> None:
-        job = self.job
-        message = f"{self.kind} {job.namespace}/{job.name} successfully completed."
-        self._set(cond.SUCCEEDED, f"{self.kind}Succeeded", message, "Normal")
+    def running(self, *, qualified: bool = True) -> None:
+        self._set(cond.RUNNING, f"{self.kind}Running", f"{self._subject(qualified)} is running.", None)
+
+    def succeed(self, *, qualified: bool = True) -> None:
+        done = "successfully completed." if qualified else "is successfully completed."
+        self._set(cond.SUCCEEDED, f"{self.kind}Succeeded", f"{self._subject(qualified)} {done}", "Normal")
 
     def restarting(self, rtype: str, failed: int) -> None:
         message = f"{self.kind} {self.job.name} is restarting because {failed} {rtype} replica(s) failed."
         self._set(cond.RESTARTING, f"{self.kind}Restarting", message, "Warning")
 
-    def fail(self, rtype: str, failed: int, reason: str | None = None) -> None:
-        message = f"{self.kind} {self.job.name} is failed because {failed} {rtype} replica(s) failed."
+    def fail(self, rtype: str, failed: int, reason: str | None = None, *, qualified: bool = False) -> None:
+        verb = "has failed" if qualified else "is failed"
+        message = f"{self._subject(qualified)} {verb} because {failed} {rtype} replica(s) failed."
         self._set(cond.FAILED, reason or f"{self.kind}Failed", message, "Normal")
 
 
@@ -91,7 +95,7 @@ def tensorflow(ctx: StatusContext) -> None:
                     ctx.status, cond.RESTARTING, "True", restarting["reason"], restarting["message"]
                 )
             elif not (job.spec.get("enableDynamicWorker") and rtype == "Worker"):
-                ctx.fail(rtype, failed)
+                ctx.fail(rtype, failed, qualified=True)
 
 
 def _worker0_completed(ctx: StatusContext) -> bool:
@@ -125,9 +129,9 @@ def master_or_workers(master: str | None, *, elastic: bool = False) -> StatusRul
             succeeded, active, failed, expected = ctx.counters(rtype)
             if with_master and rtype == master:
                 if active > 0:
-                    ctx.running()
+                    ctx.running(qualified=False)
                 if expected == 0:
-                    ctx.succeed()
+                    ctx.succeed(qualified=False)
                     return
             elif not with_master and rtype == "Worker":
                 if expected == 0 or (elastic and job.spec.get("elasticPolicy") is not None and succeeded > 0):
@@ -158,15 +162,15 @@ def leader(
             _succeeded, active, failed, expected = ctx.counters(rtype)
             if is_leader(job, rtype):
                 if active > 0:
-                    ctx.running()
+                    ctx.running(qualified=False)
                 if expected == 0:
                     if running_first:
-                        ctx.running()
-                    ctx.succeed()
+                        ctx.running(qualified=False)
+                    ctx.succeed(qualified=False)
                     return
             if failed > 0:
                 if running_first:
-                    ctx.running()
+                    ctx.running(qualified=False)
                 if job.restart_policy(rtype) == "ExitCode":
                     ctx.restarting(rtype, failed)
                 else:

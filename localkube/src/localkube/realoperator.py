@@ -1,0 +1,194 @@
+"""Kubeflow's real training operator (``training-operator.v1``, built by the provider repository's
+scripts/realkube/build-training-operator.sh) against a RealCluster, in place of the agent's emulation.
+
+Its admission webhooks are served and registered the way its manifests (``manifests/base``) do it: a
+ValidatingWebhookConfiguration ``validator.training-operator.kubeflow.org`` pointing at the Service
+``training-operator`` in ``kubeflow``, and an empty Secret ``training-operator-webhook-cert`` into which the
+operator's own cert-controller writes a CA and a serving certificate for ``training-operator.kubeflow.svc``,
+then patches the webhooks' caBundle.
+
+Outside a pod two parts of a Deployment are stood in for here:
+
+- the Secret's volume mount: the operator waits for ``tls.crt`` in the fixed directory
+  ``/tmp/k8s-webhook-server/serving-certs``, and its webhook server reads the pair from
+  ``$TMPDIR/k8s-webhook-server/serving-certs``; the pair is copied from the Secret into both (``$TMPDIR`` is
+  the cluster's own directory, so only the file the operator stats is shared between clusters);
+- the Service's endpoints: the Service has no selector, and an EndpointSlice and Endpoints name the host's
+  first non-loopback address (Endpoints refuse loopback) and the operator's webhook port. kube-apiserver
+  then needs ``--enable-aggregator-routing=true`` to call that endpoint rather than the ClusterIP.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import urllib.error
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localkube.realcluster import RealCluster
+
+NAMESPACE = "kubeflow"
+SERVICE = "training-operator"
+SECRET = "training-operator-webhook-cert"
+WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
+# The kinds with a validating webhook in v1.9 (MPIJob v1 has none: its controller validates it).
+WEBHOOK_KINDS = ("jaxjob", "paddlejob", "pytorchjob", "tfjob", "xgboostjob")
+STATED_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # pkg/cert's certDir, only stat'ed
+APISERVER_ARGS = ("--enable-aggregator-routing=true",)
+# The kubelet, and gates opened by ConfigMaps (localkube.controllers.gates): the operator is the real one.
+AGENT_ARGS = ("--runtime", "scripted", "--controllers", "gates")
+
+
+def host_address() -> str:
+    """The host's first non-loopback IPv4 address (the address of the route to a public one; nothing is
+    sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("192.0.2.1", 9))
+        address = str(sock.getsockname()[0])
+    if address.startswith("127."):
+        raise RuntimeError("the training operator's webhook needs a non-loopback address; this host has none")
+    return address
+
+
+def webhook_configuration() -> dict[str, Any]:
+    """``manifests/base/webhook`` after its kustomize patches: one validator per kind, Service
+    ``training-operator`` in ``kubeflow``, no caBundle (the operator injects it)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION},
+        "webhooks": [_webhook(kind) for kind in WEBHOOK_KINDS],
+    }
+
+
+def _webhook(kind: str) -> dict[str, Any]:
+    return {
+        "name": f"validator.{kind}.training-operator.kubeflow.org",
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {
+            "service": {"name": SERVICE, "namespace": NAMESPACE, "path": f"/validate-kubeflow-org-v1-{kind}"}
+        },
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "rules": [
+            {
+                "apiGroups": ["kubeflow.org"],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": [f"{kind}s"],
+            }
+        ],
+    }
+
+
+@dataclass
+class TrainingOperator:
+    """The operator process's ports and where it reads its certificates; ``start(cluster)``."""
+
+    binary: Path
+    directory: Path
+    webhook_port: int = 0
+    health_port: int = 0
+
+    def start(self, cluster: RealCluster) -> subprocess.Popen:
+        from localkube.realcluster import free_port
+
+        self.webhook_port = self.webhook_port or free_port()
+        self.health_port = self.health_port or free_port()
+        self._register(cluster, host_address())
+        tmp = self.directory / "training-operator-tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        process = cluster._spawn(
+            "training-operator",
+            [
+                str(self.binary),
+                f"--kubeconfig={cluster.kubeconfig}",
+                f"--webhook-server-port={self.webhook_port}",
+                f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+                "--leader-elect=false",
+                "--zap-devel=false",  # JSON lines
+            ],
+            env={**os.environ, "MY_POD_NAMESPACE": NAMESPACE, "TMPDIR": str(tmp)},
+        )
+        secret = cluster.wait_for(lambda: self._certificates(cluster), 120)
+        for directory in (tmp / "k8s-webhook-server" / "serving-certs", STATED_CERT_DIR):
+            directory.mkdir(parents=True, exist_ok=True)
+            for name in ("tls.crt", "tls.key", "ca.crt"):
+                (directory / name).write_bytes(secret[name])
+        cluster.wait_for(lambda: self._webhook_answers(cluster), 120)
+        return process
+
+    def _register(self, cluster: RealCluster, address: str) -> None:
+        cluster.create_namespace(NAMESPACE)
+        port = {"name": "webhook-server", "port": self.webhook_port, "protocol": "TCP"}
+        objects: list[tuple[str, dict[str, Any]]] = [
+            (f"/api/v1/namespaces/{NAMESPACE}/secrets", {"metadata": {"name": SECRET}}),
+            (
+                f"/api/v1/namespaces/{NAMESPACE}/services",
+                {
+                    "metadata": {"name": SERVICE, "labels": {"app": SERVICE}},
+                    "spec": {"ports": [{**port, "port": 443, "targetPort": self.webhook_port}]},
+                },
+            ),
+            (
+                f"/api/v1/namespaces/{NAMESPACE}/endpoints",
+                {
+                    "metadata": {"name": SERVICE},
+                    "subsets": [{"addresses": [{"ip": address}], "ports": [port]}],
+                },
+            ),
+            (
+                f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices",
+                {
+                    "metadata": {
+                        "name": SERVICE,
+                        "labels": {
+                            "kubernetes.io/service-name": SERVICE,
+                            "endpointslice.kubernetes.io/managed-by": "realkube",
+                        },
+                    },
+                    "addressType": "IPv4",
+                    "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+                    "ports": [port],
+                },
+            ),
+            (
+                "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                webhook_configuration(),
+            ),
+        ]
+        for path, body in objects:
+            cluster.request("POST", path, body)
+
+    def _certificates(self, cluster: RealCluster) -> dict[str, bytes] | None:
+        """The Secret's pair once the operator wrote it (what the kubelet would mount)."""
+        data = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{SECRET}").get("data") or {}
+        if not {"tls.crt", "tls.key", "ca.crt"} <= set(data):
+            return None
+        return {name: base64.b64decode(value) for name, value in data.items()}
+
+    def _webhook_answers(self, cluster: RealCluster) -> bool:
+        """Whether kube-apiserver reaches the webhook: a dry-run PyTorchJob with a replica type PyTorch does
+        not have is refused by the webhook itself (before that the call fails: no caBundle yet, or nothing
+        listening)."""
+        container = {"name": "pytorch", "image": "probe"}
+        body = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "webhook-probe", "namespace": NAMESPACE},
+            "spec": {"pytorchReplicaSpecs": {"Chief": {"template": {"spec": {"containers": [container]}}}}},
+        }
+        try:
+            path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs?dryRun=All"
+            cluster.request("POST", path, body)
+        except urllib.error.HTTPError as err:
+            status = json.loads(err.read() or b"{}")
+            return "denied the request" in str(status.get("message", ""))
+        raise RuntimeError("a PyTorchJob with a Chief replica was admitted: the webhook is not in the path")
