@@ -47,7 +47,8 @@ test: $(STAMP) ui-test chromium
 # modules by scripts/realkube/build.sh (cached by version under ~/.cache/airflow-provider-training/k8s; see
 # docs/testing.md for the first build's time), localkube's agent as the operators and the kubelet; and
 # localkube's own API tests against that real server (their `real` parameter: `-m real` leaves out the
-# localkube one, which `make test` runs).
+# localkube one, which `make test` runs); and Kubeflow's real training operator v1.9.2, built as a Go module
+# by scripts/realkube/build-training-operator.sh into the same cache, for tests/real/test_real_operator.py.
 test-real: $(STAMP)
 	bin=$$(nice -n 10 scripts/realkube/build.sh) && \
 	to=$$(nice -n 10 scripts/realkube/build-training-operator.sh) && \
