@@ -21,7 +21,7 @@ from localkube.runtime import ANNOTATION
 
 from airflow_provider_training import operators, sensors
 from airflow_provider_training.kinds import JobKind, get_kind
-from tests.operators.harness import NAMESPACE, serve
+from tests.operators.harness import KINDS, NAMESPACE, KindCase, manifest, serve
 
 T9K = "batch.tensorstack.dev/v1beta1"
 IMAGE = "localkube/scripted:latest"
@@ -55,6 +55,10 @@ class FamilyCase:
     @property
     def t9k(self) -> bool:
         return self.job_kind.api_version == T9K
+
+    @property
+    def kubeflow(self) -> bool:
+        return self.job_kind.api_version == "kubeflow.org/v1"
 
     def manifest(self, script: Mapping[str, Any], **metadata: Any) -> dict[str, Any]:
         job = self.build()
@@ -230,6 +234,21 @@ CASES = [
     ),
 ]
 T9K_CASES = [case for case in CASES if case.t9k]
+
+
+def _kubeflow(case: KindCase) -> FamilyCase:
+    """A Kubeflow v1 kind as a FamilyCase (the real tier's lifecycle tests run over every family)."""
+    return FamilyCase(
+        f"Kubeflow-{case.kind}",
+        getattr(operators, f"{case.kind}Operator"),
+        getattr(sensors, f"{case.kind}Sensor"),
+        lambda: manifest(case, {}),
+        case.master,
+        f"{case.master.lower()}-0",
+    )
+
+
+KUBEFLOW_CASES = [_kubeflow(case) for case in KINDS]
 
 
 # -- the family cluster ------------------------------------------------------------------------------------

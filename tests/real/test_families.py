@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_provider_training import naming
 from airflow_provider_training.results import TrainingJobError
-from tests.operators.families import CASES, FamilyCase, kill
+from tests.operators.families import CASES, KUBEFLOW_CASES, FamilyCase, kill
 from tests.operators.harness import MODES, first_event, in_thread, make_context, run_operator
 from tests.real.families_real import (
     gate_name,
@@ -52,6 +52,25 @@ def failing(case: FamilyCase, gate: str) -> dict:
         "default": {"duration": None},
         case.decider: {"duration": 0, "exit_code": 3, "logs": logs, "gate": gate},
     }
+
+
+# The lifecycle tests run over every family: the Kubeflow v1 kinds on the session's main cluster.
+EVERY_FAMILY = [*KUBEFLOW_CASES, *CASES]
+
+
+@pytest.fixture
+def cluster(request, case: FamilyCase):
+    """The cluster serving ``case``'s kind: the main one for Kubeflow v1, else the families' cluster."""
+    return request.getfixturevalue("real_cluster" if case.kubeflow else "legacy_cluster")
+
+
+@pytest.fixture
+def conn(request, case: FamilyCase) -> str:
+    """``kubernetes_default`` as admin of ``cluster``; returns the jobs' namespace."""
+    if case.kubeflow:
+        request.getfixturevalue("admin_conn")
+        return "default"
+    return str(request.getfixturevalue("legacy_admin_conn"))
 
 
 def owned(cluster, case: FamilyCase, context: dict, namespace: str) -> list[str]:
@@ -107,12 +126,12 @@ def test_failure_names_the_deciding_replica_and_its_exit_code(
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_deleted_while_waiting_is_a_clear_failure(legacy_cluster, legacy_admin_conn, case, mode, capsys):
+@pytest.mark.parametrize("case", EVERY_FAMILY, ids=str)
+def test_deleted_while_waiting_is_a_clear_failure(cluster, conn, case, mode, capsys):
     op = case.make_operator(FOREVER)
 
     def delete() -> None:
-        legacy_cluster.request("DELETE", f"{jobs_path(case, legacy_admin_conn)}/{op._job_ref.name}")
+        cluster.request("DELETE", f"{jobs_path(case, conn)}/{op._job_ref.name}")
 
     with pytest.raises(TrainingJobError) as failure:
         run_until_logged(capsys, lambda: run_operator(op, make_context(), mode), (" is Running", delete))
@@ -120,17 +139,15 @@ def test_deleted_while_waiting_is_a_clear_failure(legacy_cluster, legacy_admin_c
     assert failure.value.status == "deleted"
     assert "was deleted while waiting" in str(failure.value)
     asyncio.run(kill(case, op._job_ref.name))  # EDL's children outlive their job
-    gone(legacy_cluster, case, op._job_ref.name, legacy_admin_conn)
+    gone(cluster, case, op._job_ref.name, conn)
 
 
 class _WorkerLost(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_a_retry_after_a_lost_worker_follows_the_first_tries_job(
-    legacy_cluster, legacy_admin_conn, case, capsys
-):
+@pytest.mark.parametrize("case", EVERY_FAMILY, ids=str)
+def test_a_retry_after_a_lost_worker_follows_the_first_tries_job(cluster, conn, case, capsys):
     def defer(self, **kwargs):
         raise _WorkerLost("worker lost")
 
@@ -140,34 +157,34 @@ def test_a_retry_after_a_lost_worker_follows_the_first_tries_job(
     first = make_context()
     with pytest.raises(_WorkerLost):
         dying(task_id="train", job=case.manifest(script), deferrable=True, **case.options).execute(first)
-    (created,) = owned(legacy_cluster, case, first, legacy_admin_conn)
-    uid = job_or_none(legacy_cluster, case, created, legacy_admin_conn)["metadata"]["uid"]
+    (created,) = owned(cluster, case, first, conn)
+    uid = job_or_none(cluster, case, created, conn)["metadata"]["uid"]
 
     retry = make_context(run_id=first["run_id"], store=first["task_state_store"], try_number=2)
     op = case.make_operator(script, deferrable=True, on_finish_action="delete")
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(retry)
     assert deferred.value.trigger.job_name == created
-    assert owned(legacy_cluster, case, retry, legacy_admin_conn) == [created]  # no second job
-    open_gate(legacy_cluster, gate)
+    assert owned(cluster, case, retry, conn) == [created]  # no second job
+    open_gate(cluster, gate)
     event = first_event(deferred.value.trigger)
     result = op.resume_execution(
         deferred.value.method_name, {**(deferred.value.kwargs or {}), "event": event}, retry
     )
 
     assert result["state"] == "Succeeded" and result["name"] == created and result["uid"] == uid
-    gone(legacy_cluster, case, created, legacy_admin_conn)
+    gone(cluster, case, created, conn)
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_on_kill_deletes_the_job_and_its_children(legacy_cluster, legacy_admin_conn, case, mode):
+@pytest.mark.parametrize("case", EVERY_FAMILY, ids=str)
+def test_on_kill_deletes_the_job_and_its_children(cluster, conn, case, mode):
     op = case.make_operator(FOREVER)
-    ns = legacy_admin_conn
+    ns = conn
     if mode == "sync":
         worker, outcome = in_thread(lambda: run_operator(op, make_context(), "sync"))
-        name = legacy_cluster.wait_for(
-            lambda: op._job_ref and running(legacy_cluster, case, op._job_ref.name, ns) and op._job_ref.name,
+        name = cluster.wait_for(
+            lambda: op._job_ref and running(cluster, case, op._job_ref.name, ns) and op._job_ref.name,
             90,
         )
         op.on_kill()
@@ -179,10 +196,10 @@ def test_on_kill_deletes_the_job_and_its_children(legacy_cluster, legacy_admin_c
             op.deferrable = True
             op.execute(make_context())
         name = deferred.value.trigger.job_name
-        legacy_cluster.wait_for(lambda: running(legacy_cluster, case, name, ns), 90)
+        cluster.wait_for(lambda: running(cluster, case, name, ns), 90)
         asyncio.run(deferred.value.trigger.on_kill())
 
-    gone(legacy_cluster, case, name, ns)
+    gone(cluster, case, name, ns)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

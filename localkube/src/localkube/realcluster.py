@@ -155,8 +155,9 @@ class RealCluster:
     bin_dir: Path
     directory: Path
     crd_dir: Path
-    # Only the operators: kube-controller-manager is the Job and ReplicaSet controller here.
-    agent_args: tuple[str, ...] = ("--runtime", "scripted", "--controllers", "kubeflow")
+    # Only the operators (kube-controller-manager is the Job and ReplicaSet controller here), and the gates a
+    # test opens with a labelled ConfigMap.
+    agent_args: tuple[str, ...] = ("--runtime", "scripted", "--controllers", "kubeflow,gates")
     # Flags added to kube-apiserver's (a dedicated cluster's: e.g. ``--watch-cache=false``).
     apiserver_args: tuple[str, ...] = ()
     # Flags added to kube-controller-manager's (e.g. a short ``--node-monitor-grace-period``).
