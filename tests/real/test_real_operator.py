@@ -119,20 +119,6 @@ def test_failure_names_the_replica_and_its_exit_code(operator_conn, case):
 
 
 @pytest.mark.parametrize("case", [c for c in SERVED if c.kind in RESTARTING_KINDS], ids=str)
-def test_restarting_then_success(operator_conn, case):
-    done = run(operator_conn, case, "restart")
-
-    assert not isinstance(done.outcome, Exception), done.outcome
-    assert done.outcome["state"] == "Succeeded"
-    statuses = done.record.statuses
-    restarting = has(statuses, "Restarting")
-    assert restarting is not None, "the job never was Restarting"
-    message = next(c["message"] for c in statuses[restarting]["conditions"] if c["type"] == "Restarting")
-    assert f"restarting because {case.master} replica(s) failed" in message
-    assert conditions(statuses[-1])["Succeeded"]["status"] == "True"
-
-
-@pytest.mark.parametrize("case", [c for c in SERVED if c.kind in RESTARTING_KINDS], ids=str)
 def test_deleted_while_waiting_in_sync_mode(operator_conn, case):
     name = f"to-{case.plural[:-1]}-deleted"
     job = scripts_on_pods(manifest(case, {"default": {"duration": None}}, name=name, namespace=NAMESPACE))
