@@ -2,9 +2,10 @@
 
 One reconcile follows the operator's `ReconcileJobs` (kubeflow-v1.md §1-3): a finished job is only cleaned
 up (cleanPodPolicy, ttlSecondsAfterFinished); a suspended one loses its pods; otherwise backoffLimit and
-activeDeadlineSeconds are checked, missing pods and Services are created, failed pods are restarted per
-restartPolicy, and the kind's rule turns the replica counters into conditions. Pods are only created and
-deleted here; a pod runtime (the kubelet's part) moves them through their phases.
+activeDeadlineSeconds are checked (the deadline only on a pass that something else caused, as upstream),
+missing pods and Services are created, failed pods are restarted per restartPolicy, and the kind's rule
+turns the replica counters into conditions. Pods are only created and deleted here; a pod runtime (the
+kubelet's part) moves them through their phases.
 """
 
 from __future__ import annotations
@@ -220,8 +221,8 @@ class Reconciliation:
         self._record_abnormal_pods()
         failure = self._exceeded_limit()
         if failure:
+            self.delete_pods_and_services()  # before the job is finished: every pod, whatever cleanPodPolicy
             cond.finish(status, cond.FAILED, self.reason("Failed"), failure)
-            self.delete_pods_and_services()
             self.record("Normal", self.reason("Failed"), failure)
             self.write()
             return None
@@ -234,7 +235,9 @@ class Reconciliation:
         status.setdefault("startTime", now_rfc3339())
         self.kind.status_rule(StatusContext(job, status, self.pods, self.record))
         self.write()
-        return self._deadline_in()
+        # No requeue at activeDeadlineSeconds: TO-1.9's reconcilers send theirs to a no-op work queue
+        # (kubeflow/trainer#3358), so the deadline is checked only when something else makes it reconcile.
+        return None
 
     def _finished(self) -> float | None:
         self.delete_pods_and_services()
@@ -269,12 +272,6 @@ class Reconciliation:
         if ttl is None or self.job.run_policy.get("suspend") or not completion:
             return None
         return float(ttl) - cond.seconds_since(completion)
-
-    def _deadline_in(self) -> float | None:
-        deadline, start = self.job.run_policy.get("activeDeadlineSeconds"), self.status.get("startTime")
-        if deadline is None or not start or cond.is_finished(self.status):
-            return None
-        return max(float(deadline) - cond.seconds_since(start), 0.0) + 0.01
 
     def _record_abnormal_pods(self) -> None:
         """Warning events on the job for active pods whose containers crashed or wait with a message."""

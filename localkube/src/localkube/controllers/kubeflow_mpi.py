@@ -63,8 +63,10 @@ def validate(spec: dict) -> str | None:
 
 
 def reconcile_replicas(rec: Reconciliation) -> None:
-    """Create the ConfigMap, the workers and the launcher until the launcher finished; restart failed
-    replicas per their restartPolicy (the launcher, too, has no index: it is recreated by name); count."""
+    """Create the ConfigMap, the workers and the launcher until the launcher finished; count. As TO-1.9's
+    MPIJob ReconcilePods, a failed pod is neither deleted nor recreated (only a missing one is created) and
+    no ExitedWithCode event is recorded: the status rule makes a failed worker Restarting (ExitCode) or
+    Failed, and the launcher decides."""
     job, status = rec.job, rec.status
     status.setdefault("startTime", now_rfc3339())
     launcher_counts = cond.reset_replica_status(status, "Launcher")
@@ -72,9 +74,6 @@ def reconcile_replicas(rec: Reconciliation) -> None:
     launcher_name = f"{job.name}-launcher"
     launcher = next((p for p in rec.pods if p["metadata"]["name"] == launcher_name), None)
     workers = of_type(rec.pods, "Worker")
-    for pod in [*workers, *([launcher] if launcher else [])]:
-        # a failed replica restarts as in every kind (deleted here, recreated by the next pass)
-        rec.check_failed_pod("Launcher" if pod is launcher else "Worker", pod)
     finished = launcher is not None and _phase(launcher) in ("Succeeded", "Failed")
     if not finished:
         _sync_config_map(rec, workers)
