@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build Kubeflow's training operator (github.com/kubeflow/training-operator, main package
 # cmd/training-operator.v1) as a Go module through the Go module proxy, into the same cache as build.sh,
-# keyed by version. A second run finds the binary and returns at once. Prints the bin directory on its last
-# line.
+# keyed by version, and keep beside it the ClusterRole its manifests bind to its ServiceAccount
+# (manifests/base/rbac/role.yaml of the same module version, in ../manifests/), which the tests run it as.
+# A second run finds both and returns at once. Prints the bin directory on its last line.
 #
 #   scripts/realkube/build-training-operator.sh
 #   TRAINING_OPERATOR_VERSION=v1.8.1 scripts/realkube/build-training-operator.sh
@@ -15,14 +16,20 @@ set -euo pipefail
 VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.2}
 CACHE=${REALKUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-training/k8s}
 BIN="$CACHE/training-operator-$VERSION/bin"
+MANIFESTS="$CACHE/training-operator-$VERSION/manifests"
 NAME=training-operator.v1
+MODULE=github.com/kubeflow/training-operator
 
-if [ -x "$BIN/$NAME" ]; then echo "$BIN"; exit 0; fi
+if [ -x "$BIN/$NAME" ] && [ -f "$MANIFESTS/role.yaml" ]; then echo "$BIN"; exit 0; fi
 
 command -v go >/dev/null || { echo "build-training-operator.sh: needs Go (go.dev/dl, or apt-get install golang-go)" >&2; exit 1; }
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
-mkdir -p "$BIN"
-start=$(date +%s)
-GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "github.com/kubeflow/training-operator/cmd/$NAME@$VERSION"
-echo "build-training-operator.sh: $NAME $VERSION built in $(( $(date +%s) - start )) s" >&2
+mkdir -p "$BIN" "$MANIFESTS"
+if [ ! -x "$BIN/$NAME" ]; then
+  start=$(date +%s)
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "$MODULE/cmd/$NAME@$VERSION"
+  echo "build-training-operator.sh: $NAME $VERSION built in $(( $(date +%s) - start )) s" >&2
+fi
+source=$(go mod download -json "$MODULE@$VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+cp "$source/manifests/base/rbac/role.yaml" "$MANIFESTS/role.yaml"
 echo "$BIN"

@@ -7,7 +7,13 @@ ValidatingWebhookConfiguration ``validator.training-operator.kubeflow.org`` poin
 operator's own cert-controller writes a CA and a serving certificate for ``training-operator.kubeflow.svc``,
 then patches the webhooks' caBundle.
 
-Outside a pod two parts of a Deployment are stood in for here:
+It runs as its manifests run it: as the ServiceAccount ``training-operator`` in ``kubeflow``, bound by a
+ClusterRoleBinding to the ClusterRole of ``manifests/base/rbac/role.yaml`` of the same module version (kept
+beside the binary by the build script, in ``../manifests/role.yaml``), with a token from the TokenRequest API.
+
+Outside a pod three parts of a Deployment are stood in for here:
+
+- the ServiceAccount's projected token: a kubeconfig with a token of that account;
 
 - the Secret's volume mount: the operator waits for ``tls.crt`` in the fixed directory
   ``/tmp/k8s-webhook-server/serving-certs``, and its webhook server reads the pair from
@@ -29,6 +35,8 @@ import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 if TYPE_CHECKING:
     from localkube.realcluster import RealCluster
@@ -102,13 +110,14 @@ class TrainingOperator:
         self.webhook_port = self.webhook_port or free_port()
         self.health_port = self.health_port or free_port()
         self._register(cluster, host_address())
+        kubeconfig = self._service_account(cluster)
         tmp = self.directory / "training-operator-tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         process = cluster._spawn(
             "training-operator",
             [
                 str(self.binary),
-                f"--kubeconfig={cluster.kubeconfig}",
+                f"--kubeconfig={kubeconfig}",
                 f"--webhook-server-port={self.webhook_port}",
                 f"--metrics-bind-address=127.0.0.1:{free_port()}",
                 f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
@@ -166,6 +175,32 @@ class TrainingOperator:
         ]
         for path, body in objects:
             cluster.request("POST", path, body)
+
+    def _service_account(self, cluster: RealCluster) -> Path:
+        """The operator's ServiceAccount bound to its manifests' ClusterRole; a kubeconfig with its token."""
+        role = yaml.safe_load(self.cluster_role.read_text())
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": SERVICE},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role["metadata"]["name"],
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE, "namespace": NAMESPACE}],
+        }
+        cluster.request(
+            "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": SERVICE}}
+        )
+        cluster.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+        cluster.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+        token = cluster.service_account_token(NAMESPACE, SERVICE, seconds=4 * 3600)
+        return cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:{SERVICE}", token)
+
+    @property
+    def cluster_role(self) -> Path:
+        return self.binary.parent.parent / "manifests" / "role.yaml"
 
     def _certificates(self, cluster: RealCluster) -> dict[str, bytes] | None:
         """The Secret's pair once the operator wrote it (what the kubelet would mount)."""
