@@ -28,8 +28,9 @@ from typing import Any
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.kinds.base import PODS, ResourceRef
+from airflow_provider_training.kinds.base import ResourceRef
 from airflow_provider_training.kinds.selectors import LabelTerm, parse_selector, selects
+from airflow_provider_training.slim import trim
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +312,7 @@ class _SharedWatch:
         except Exception as err:
             sub.put(err)
             return
-        sub.prime_confirmed(obj if obj is None else _trim(obj, self.resource), self.namespace)
+        sub.prime_confirmed(obj if obj is None else trim(obj, self.resource), self.namespace)
 
     async def stop(self) -> None:
         # asyncio.wait, not `await self.task`: awaiting the cancelled task would raise *its* CancelledError,
@@ -364,7 +365,7 @@ class _SharedWatch:
         listed = await self.hook.list_objects(
             self.resource, self.namespace, label_selector=self.scope or None
         )
-        current = {item["metadata"]["name"]: _trim(item, self.resource) for item in listed.get("items") or []}
+        current = {item["metadata"]["name"]: trim(item, self.resource) for item in listed.get("items") or []}
         self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
         if not self.synced:
             self.objects = current
@@ -403,7 +404,7 @@ class _SharedWatch:
             obj = event.get("object") or {}
             version = _rv(obj)
             if event.get("type") != "BOOKMARK":
-                self._apply(str(event.get("type")), _trim(obj, self.resource))
+                self._apply(str(event.get("type")), trim(obj, self.resource))
             if version:
                 self.resource_version = version
 
@@ -415,30 +416,6 @@ class _SharedWatch:
         self.index.update(before, None if type_ == DELETED else obj)
         for sub in self.index.subscribers(before, obj):
             sub.offer(type_, obj)
-
-
-# What readers of a cached pod use of its spec (logs: container names); its metadata and status stay whole.
-_POD_SPEC_KEPT = ("nodeName", "restartPolicy")
-_POD_CONTAINER_LISTS = ("initContainers", "containers")
-
-
-def _trim(obj: dict[str, Any], resource: ResourceRef) -> dict[str, Any]:
-    """What the hub keeps of an object, which it holds in memory for as long as it is watched.
-
-    Never ``metadata.managedFields`` (server-side apply bookkeeping, often the largest part of an object,
-    which nothing reads). Of a pod's spec only the node, the restart policy and the container names: the
-    rest (images, env, mounts, volumes, tolerations, probes) is some 40 % of a pod in localkube and more on
-    a real cluster, and no reader of watched pods (the kinds, diagnostics, the log streamer) looks at it.
-    Jobs and other children are kept whole: a kind's status may read any field of their specs."""
-    (obj.get("metadata") or {}).pop("managedFields", None)
-    spec = obj.get("spec")
-    if resource == PODS and isinstance(spec, dict):
-        kept: dict[str, Any] = {key: spec[key] for key in _POD_SPEC_KEPT if key in spec}
-        for key in _POD_CONTAINER_LISTS:
-            if key in spec:
-                kept[key] = [{"name": c.get("name")} for c in spec[key] or [] if isinstance(c, dict)]
-        obj["spec"] = kept
-    return obj
 
 
 def _rv(obj: dict[str, Any]) -> str | None:
