@@ -28,7 +28,7 @@ from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
 from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
 from airflow_provider_training.kinds.selectors import parse_selector, selects
-from airflow_provider_training.watch import DELETED, WatchHub
+from airflow_provider_training.watch import DELETED, WatchEvent, WatchHub
 
 log = logging.getLogger(__name__)
 
@@ -307,15 +307,30 @@ class ReplicaLogStreamer:
         hub = self.hub or WatchHub.shared()
         try:
             await self._choose()
-            async with hub.subscribe(
+            # Each pod event is handled as the hub delivers it (no queue and task of our own); a watch that
+            # failed, or an event that could not be handled, ends the run with its error.
+            failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+            def deliver(item: WatchEvent | BaseException) -> None:
+                if failed.done():
+                    return
+                if isinstance(item, BaseException):
+                    failed.set_result(item)
+                    return
+                try:
+                    self._on_pod(item.type, item.object)
+                except Exception as err:
+                    failed.set_result(err)
+
+            async with hub.feed(
                 self.hook,
                 PODS,
                 self.namespace,
+                deliver,
                 label_selector=self._selectors(),
                 scope=self.kind.pod_watch_selectors,
-            ) as events:
-                async for event in events:
-                    self._on_pod(event.type, event.object)
+            ):
+                raise await failed
         except asyncio.CancelledError:
             if not self._stopping:
                 raise

@@ -76,6 +76,8 @@ class _Subscriber:
     while a named object's absence is being confirmed by a GET, buffered and replayed after it.
     """
 
+    __slots__ = ("buffer", "confirming", "floor", "matching", "name", "primed", "put", "selectors", "terms")
+
     def __init__(
         self, name: str | None, selectors: list[tuple[LabelTerm, ...]] | None, deliver: Deliver
     ) -> None:
@@ -532,11 +534,12 @@ class WatchHub:
         unknown resource) is raised from the iterator.
         """
         queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
-        async with self._join(hook, resource, namespace, name, label_selector, scope, queue.put_nowait):
+        async with self.feed(
+            hook, resource, namespace, queue.put_nowait, name=name, label_selector=label_selector, scope=scope
+        ):
             yield _events(queue)
 
-    @contextlib.asynccontextmanager
-    async def feed(
+    def feed(
         self,
         hook: AsyncTrainingJobHook,
         resource: ResourceRef,
@@ -546,24 +549,11 @@ class WatchHub:
         name: str | None = None,
         label_selector: str | Sequence[str] | None = None,
         scope: Sequence[str] = (),
-    ) -> AsyncIterator[None]:
+    ) -> Subscription:
         """The events of :meth:`subscribe`, each handed to ``deliver`` as it arrives (and the error that
-        ended the watch, instead of raising it): for a subscriber that merges several subscriptions into a
-        queue of its own, without a queue and a task per subscription."""
-        async with self._join(hook, resource, namespace, name, label_selector, scope, deliver):
-            yield
-
-    @contextlib.asynccontextmanager
-    async def _join(
-        self,
-        hook: AsyncTrainingJobHook,
-        resource: ResourceRef,
-        namespace: str,
-        name: str | None,
-        label_selector: str | Sequence[str] | None,
-        scope: Sequence[str],
-        deliver: Deliver,
-    ) -> AsyncIterator[None]:
+        ended the watch, instead of raising it), until the subscription is closed (``async with``, or
+        :meth:`Subscription.close`). For a subscriber that merges several subscriptions into a queue of its
+        own: no queue, task or generator per subscription, so a waiting job costs little memory."""
         given = [label_selector] if isinstance(label_selector, str) else list(label_selector or ())
         # No selector, or an empty one among them, selects every object: the namespace-wide watch serves it.
         parts: dict[str, list[tuple[LabelTerm, ...]] | None] = {"": None}
@@ -584,18 +574,40 @@ class WatchHub:
             watch.add(sub)
             joined.append((watch, sub))
         self._count(subscribers=1)
-        try:
-            yield
-        finally:
-            self._count(subscribers=-1)
-            for watch, sub in joined:
-                if sub.confirming is not None:
-                    sub.confirming.cancel()
-                watch.remove(sub)
-                if not watch.subscribers:
-                    if self._watches.get((key, watch.scope)) is watch:
-                        del self._watches[key, watch.scope]
-                    await watch.stop()
+        return Subscription(self, key, joined)
+
+    async def _leave(self, key: Hashable, joined: list[tuple[_SharedWatch, _Subscriber]]) -> None:
+        self._count(subscribers=-1)
+        for watch, sub in joined:
+            if sub.confirming is not None:
+                sub.confirming.cancel()
+            watch.remove(sub)
+            if not watch.subscribers:
+                if self._watches.get((key, watch.scope)) is watch:
+                    del self._watches[key, watch.scope]
+                await watch.stop()
+
+
+class Subscription:
+    """A :meth:`WatchHub.feed` subscription: delivering from the moment it is made until :meth:`close`, or
+    for the body of an ``async with``."""
+
+    __slots__ = ("_hub", "_joined", "_key")
+
+    def __init__(self, hub: WatchHub, key: Hashable, joined: list[tuple[_SharedWatch, _Subscriber]]):
+        self._hub, self._key, self._joined = hub, key, joined
+
+    async def close(self) -> None:
+        """Leave; the shared watches no subscriber is left on stop. Closing again does nothing."""
+        joined, self._joined = self._joined, []
+        if joined:
+            await self._hub._leave(self._key, joined)
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
 
 
 async def _events(queue: asyncio.Queue[WatchEvent | BaseException]) -> AsyncIterator[WatchEvent]:
