@@ -256,6 +256,12 @@ class Profiler:
                 f"{stat.size_diff / triggers / 1024:6.1f} KiB/trigger"
             )
             lines += [f"      {_short(f.filename)}:{f.lineno}" for f in reversed(frames)]
+        parts: Counter[str] = Counter()
+        for stat in diff:
+            parts[part_of([f.filename for f in stat.traceback])] += stat.size_diff
+        lines += ["", "still live per trigger, by part (an allocation's innermost frame of a known part):"]
+        for part, size in parts.most_common():
+            lines.append(f"  {size / 1024 / triggers:6.1f} KiB/trigger  {part}")
         lines += ["", *hub_cache_lines(triggers)]
         grown = {k: types[k] - self.before_types.get(k, 0) for k in types}
         lines += ["", "live objects per trigger of the kinds that hold a client, a stream or a timer:"]
@@ -303,6 +309,35 @@ WATCHED_TYPES = (
     "ClientResponse",
     "StreamReader",
 )
+
+
+def part_of(files: list[str]) -> str:
+    """Which part of a triggerer an allocation belongs to, by the innermost frame of a known part (its
+    traceback, oldest frame first)."""
+    provider = "airflow_provider_training/"
+    for name in reversed(files):
+        if provider + "slim.py" in name:
+            return "hub cache (the objects, as kept)"
+        if provider + "hooks/transport.py" in name:
+            hub = any("watch.py" in f for f in files)
+            return "hub cache (the objects, as decoded)" if hub else "log streams"
+        if "aiohttp" in name:
+            return "log streams"
+        if provider + "logs.py" in name:
+            return "log streamer (per pod: state, cursor, task)"
+        if provider + "watch.py" in name:
+            return "hub subscriptions and index"
+        if provider + "waiting.py" in name or provider + "kinds/" in name:
+            return "JobWaiter (its state, inbox, status, ticker entry)"
+        if provider in name:
+            return "provider, other (trigger, hook, connection, off-loop import)"
+        if "greenback" in name:
+            return "greenback portal (the triggerer's, per trigger)"
+        if "scale_child" in name:
+            return "the harness's run_trigger task (the triggerer's part)"
+        if "site-packages/airflow/" in name:
+            return "Airflow"
+    return "other"
 
 
 def hub_cache_lines(triggers: int) -> list[str]:

@@ -488,8 +488,8 @@ async def test_the_cache_drops_managed_fields(kube, hook):
 
 async def test_the_cache_keeps_of_a_pod_what_its_readers_read(kube, hook):
     """What readers of watched pods use stays (metadata but annotations; the node, restart policy and
-    container names; the phase, reason, message, conditions, start time and container states); the rest (images,
-    env, mounts, volumes, tolerations, IPs, QoS class, annotations) is not held in memory."""
+    container names; the phase, reason, message, conditions, start time and container states); the rest
+    (images, env, mounts, volumes, tolerations, IPs, QoS class, annotations) is not held in memory."""
     hub = WatchHub()
     container = {
         "name": "trainer",
