@@ -8,7 +8,8 @@ A localkube (the Kubeflow controller, the scripted runtime of ``scale.py``) runs
 Worker pods run; their JSON, renamed for each of ``--jobs`` jobs (names and uids differ, as on a cluster), is
 decoded the two ways the hub receives objects, each object then kept as the hub keeps it (its ``trim``):
 all in one LIST answer (the JSON decoder shares the keys of one document) and one watch event per object
-(each decoded afresh). Reported: tracemalloc's traced memory still held per job, after a collection.
+(each decoded afresh). Reported: tracemalloc's traced memory still held per job, after a collection, and the
+CPU time (``time.process_time``) to decode and trim one watch event's object.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import statistics
 import sys
 import time
 import tracemalloc
@@ -100,6 +102,17 @@ def held(texts: list[str], resource: ResourceRef, trim: Trim, *, per_event: bool
     return size
 
 
+def cpu_per_event(texts: list[str], resource: ResourceRef, trim: Trim, rounds: int = 5) -> list[float]:
+    """Microseconds of CPU to decode and trim one watch event's object, per round (the median is printed)."""
+    per = []
+    for _ in range(rounds):
+        start = time.process_time()
+        for text in texts:
+            trim(json.loads(text), resource)
+        per.append((time.process_time() - start) / len(texts) * 1e6)
+    return per
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
@@ -122,6 +135,12 @@ def main() -> None:
         print(
             f"  {how:<28} job {job_size / args.jobs / 1024:5.1f}  pods {pod_size / args.jobs / 1024:5.1f}"
             f"  total {(job_size + pod_size) / args.jobs / 1024:5.1f} KiB per job (n={args.jobs})"
+        )
+    for label, texts, res in (("job", jobs, resource), ("pod", pod_texts, PODS)):
+        runs = cpu_per_event(texts, res, trim)
+        print(
+            f"  CPU to decode and trim one watch event's {label}: {statistics.median(runs):.0f} us "
+            f"({min(runs):.0f}-{max(runs):.0f}, n={len(runs)} rounds of {len(texts)})"
         )
 
 
