@@ -43,12 +43,7 @@ def jobs_path(case: FamilyCase, namespace: str) -> str:
 
 
 def job_or_none(cluster: RealCluster, case: FamilyCase, name: str, namespace: str) -> dict[str, Any] | None:
-    try:
-        return cluster.get(f"{jobs_path(case, namespace)}/{name}")
-    except urllib.error.HTTPError as err:
-        if err.code == 404:
-            return None
-        raise
+    return cluster.get_or_none(f"{jobs_path(case, namespace)}/{name}")
 
 
 def names(cluster: RealCluster, case: FamilyCase, namespace: str) -> set[str]:

@@ -107,12 +107,7 @@ def test_without_its_agent_the_node_goes_unknown_and_is_tainted(cluster):
 
 
 def pod_named(cluster: RealCluster, name: str) -> dict | None:
-    try:
-        return cluster.get(f"/api/v1/namespaces/default/pods/{name}")
-    except urllib.error.HTTPError as err:
-        if err.code == 404:
-            return None
-        raise
+    return cluster.get_or_none(f"/api/v1/namespaces/default/pods/{name}")
 
 
 def is_running(pod: dict | None) -> bool:

@@ -6,7 +6,6 @@ removes, pods recreated under the same name after a restart, merge patches of cu
 from __future__ import annotations
 
 import asyncio
-import urllib.error
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
@@ -35,12 +34,7 @@ def operator(name: str, script, **kwargs) -> PyTorchJobOperator:
 
 
 def job(cluster: RealCluster, name: str) -> dict | None:
-    try:
-        return cluster.get(f"{JOBS}/{name}")
-    except urllib.error.HTTPError as err:
-        if err.code == 404:
-            return None
-        raise
+    return cluster.get_or_none(f"{JOBS}/{name}")
 
 
 def pods(cluster: RealCluster, name: str) -> list[dict]:

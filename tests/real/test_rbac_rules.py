@@ -9,7 +9,6 @@ rbac.py) and runs real operators (a PyTorchJob) as that account."""
 from __future__ import annotations
 
 import asyncio
-import urllib.error
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,13 +59,7 @@ def assert_names(text: str, verb: str, resource: str, namespace: str) -> None:
 
 
 def job_exists(cluster: RealCluster, namespace: str, name: str) -> bool:
-    try:
-        cluster.get(f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}")
-    except urllib.error.HTTPError as err:
-        if err.code == 404:
-            return False
-        raise
-    return True
+    return cluster.get_or_none(f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}") is not None
 
 
 # -- removing the rule fails the task, naming it -------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,12 +198,7 @@ def test_suspend_and_resume_while_waiting(operator_cluster, namespace, case, cap
 
 def status_of(cluster: RealCluster, path: str) -> dict:
     """The job's status; {} while it does not exist yet."""
-    try:
-        return cluster.get(path).get("status") or {}
-    except urllib.error.HTTPError as err:
-        if err.code == 404:
-            return {}
-        raise
+    return (cluster.get_or_none(path) or {}).get("status") or {}
 
 
 @pytest.mark.parametrize("case", SERVED, ids=str)

@@ -194,7 +194,7 @@ class RealCluster:
             self._start_agent()
             if self.training_operator is not None:
                 realoperator.TrainingOperator(self.training_operator, self.directory).start(self)
-            self.wait_for(lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"), 60)
+            self.wait_for(lambda: self.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"), 60)
         except BaseException:
             self.stop()
             raise
@@ -432,13 +432,13 @@ class RealCluster:
     def get(self, path: str) -> dict[str, Any]:
         return dict(json.loads(self.request("GET", path)))
 
-    def _exists(self, path: str) -> bool:
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, or None when the server answers 404 (any other error is raised)."""
         try:
-            self.request("GET", path)
-            return True
+            return self.get(path)
         except urllib.error.HTTPError as err:
             if err.code == 404:
-                return False
+                return None
             raise
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -451,7 +451,7 @@ class RealCluster:
         except urllib.error.HTTPError as err:
             if err.code != 409:
                 raise
-        self.wait_for(lambda: self._exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 60)
+        self.wait_for(lambda: self.get_or_none(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 60)
 
     def service_account_token(self, namespace: str, name: str, seconds: int = 3600) -> str:
         """A token of the ServiceAccount from the TokenRequest API (what kubelets and `kubectl create token`
