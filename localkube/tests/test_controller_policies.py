@@ -105,10 +105,10 @@ def test_active_deadline_is_checked_on_the_next_pass(kc: KubeClient) -> None:
     gate = f"deadline-{uuid.uuid4().hex[:8]}"
     script = {"default": FOREVER, "Master": {"gate": gate, "duration": 0.1}}
     kc.create(pytorch("deadline", script, runPolicy=policy))
-    running = kc.wait_condition("PyTorchJob", "deadline", "Running")
-    started = datetime.fromisoformat(running["status"]["startTime"])
+    kc.wait_until(lambda: "startTime" in (kc.get("PyTorchJob", "deadline").get("status") or {}), "a start")
+    started = datetime.fromisoformat(kc.get("PyTorchJob", "deadline")["status"]["startTime"])
     kc.wait_until(lambda: datetime.now(UTC) > started + timedelta(seconds=1), "the deadline to pass")
-    open_gate(gate)
+    open_gate(gate)  # a pod event after the deadline (on a slow machine the pods' start may be one already)
     final = kc.wait_condition("PyTorchJob", "deadline", "Failed")
     failed = final["status"]["conditions"][-1]
     assert failed["message"] == "Job deadline has failed because it was active longer than specified deadline"
