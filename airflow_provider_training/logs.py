@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import re
 import resource
@@ -336,7 +337,11 @@ class ReplicaLogStreamer:
         try:
             await self._choose()
             # Each pod event is handled as the hub delivers it (no queue and task of our own); a watch that
-            # failed, or an event that could not be handled, ends the run with its error.
+            # failed, or an event that could not be handled, ends the run with its error. The hub delivers
+            # from its watch's task, started in whichever trigger's context subscribed first: the event is
+            # handled in this run's context, so that what it writes, and the follow tasks it starts, are this
+            # trigger's (a triggerer routes a record to a task's log by the writing task's context).
+            context = contextvars.copy_context()
             failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
             def deliver(item: WatchEvent | BaseException) -> None:
@@ -346,7 +351,7 @@ class ReplicaLogStreamer:
                     failed.set_result(item)
                     return
                 try:
-                    self._on_pod(item.type, item.object)
+                    context.run(self._on_pod, item.type, item.object)
                 except Exception as err:
                     failed.set_result(err)
 
