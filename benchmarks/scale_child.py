@@ -88,6 +88,7 @@ PRELOAD = {
     "cncf-poll": ("airflow.providers.cncf.kubernetes.hooks.kubernetes", "kubernetes_asyncio.client"),
 }
 PRELOAD["hub-logs"] = (*PRELOAD["hub"], "airflow_provider_training.logs")
+PRELOAD["floor"] = ()
 
 
 # -- the triggers --------------------------------------------------------------------------------------------
@@ -114,6 +115,10 @@ def build_triggers(args: argparse.Namespace) -> list[Any]:
             )
             for name in names
         ]
+    elif args.mode == "floor":
+        import scale_baselines
+
+        built = [scale_baselines.IdleTrigger(job_name=name) for name in names]
     else:
         import scale_baselines
 
