@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import re
 import resource
@@ -28,7 +29,7 @@ from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
 from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
 from airflow_provider_training.kinds.selectors import parse_selector, selects
-from airflow_provider_training.watch import DELETED, WatchHub
+from airflow_provider_training.watch import DELETED, WatchEvent, WatchHub
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,34 @@ class LogCursor:
         return fresh
 
 
+class _Signal:
+    """An ``asyncio.Event`` for its one waiter, the pod's follow task: a flag and, while it waits, one future
+    (an Event holds a deque of waiters, some 0.7 KiB, and a triggerer follows thousands of pods)."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
 class _Pod:
     """What the streamer knows about one followed pod."""
 
@@ -151,7 +180,7 @@ class _Pod:
         self.pod = pod
         self.uid = _uid(pod)
         self.deleted = False
-        self.changed = asyncio.Event()
+        self.changed = _Signal()
         self.cursor = LogCursor(cursor)
         self.restarts_read: int | None = None  # restartCount when we last caught up on instances
         # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
@@ -307,15 +336,34 @@ class ReplicaLogStreamer:
         hub = self.hub or WatchHub.shared()
         try:
             await self._choose()
-            async with hub.subscribe(
+            # Each pod event is handled as the hub delivers it (no queue and task of our own); a watch that
+            # failed, or an event that could not be handled, ends the run with its error. The hub delivers
+            # from its watch's task, started in whichever trigger's context subscribed first: the event is
+            # handled in this run's context, so that what it writes, and the follow tasks it starts, are this
+            # trigger's (a triggerer routes a record to a task's log by the writing task's context).
+            context = contextvars.copy_context()
+            failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+            def deliver(item: WatchEvent | BaseException) -> None:
+                if failed.done():
+                    return
+                if isinstance(item, BaseException):
+                    failed.set_result(item)
+                    return
+                try:
+                    context.run(self._on_pod, item.type, item.object)
+                except Exception as err:
+                    failed.set_result(err)
+
+            async with hub.feed(
                 self.hook,
                 PODS,
                 self.namespace,
+                deliver,
                 label_selector=self._selectors(),
                 scope=self.kind.pod_watch_selectors,
-            ) as events:
-                async for event in events:
-                    self._on_pod(event.type, event.object)
+            ):
+                raise await failed
         except asyncio.CancelledError:
             if not self._stopping:
                 raise

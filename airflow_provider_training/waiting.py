@@ -12,7 +12,6 @@ The trigger runs it in the triggerer; the sync mode runs it on the worker's hook
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
@@ -35,7 +34,7 @@ from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
 if TYPE_CHECKING:
     from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
     from airflow_provider_training.logs import ReplicaLogStreamer
-    from airflow_provider_training.watch import WatchEvent
+    from airflow_provider_training.watch import Subscription, WatchEvent
 
 T = TypeVar("T")
 TAIL_LINES = 20
@@ -144,28 +143,25 @@ class JobWaiter:
         from airflow_provider_training.watch import WatchHub
 
         hub = WatchHub.shared()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        tasks: list[asyncio.Task[Any]] = []
+        queue = _Inbox()
+        subscriptions: list[Subscription] = []
+        streaming: asyncio.Task[None] | None = None
         try:
-            async with contextlib.AsyncExitStack() as stack:
+            try:
                 for tag, resource, selection in self._watched():
-                    deliver = _into(queue, tag)
-                    await stack.enter_async_context(
-                        hub.feed(
-                            self.hook,
-                            resource,
-                            self.namespace,
-                            deliver,
-                            scope=self.kind.pod_watch_selectors if resource == PODS else (),
-                            **selection,
-                        )
+                    subscription = hub.feed(
+                        self.hook,
+                        resource,
+                        self.namespace,
+                        queue.deliver(tag),
+                        scope=self.kind.pod_watch_selectors if resource == PODS else (),
+                        **selection,
                     )
-                stack.push_async_callback(_cancel, tasks)  # before the subscriptions close
-                stack.callback(self._stop_ticks)
+                    subscriptions.append(subscription)
                 self._began = datetime.now(UTC)
                 if self.opts.get_logs:
                     self._streamer = self._log_streamer()
-                    tasks.append(asyncio.create_task(self._streamer.run()))
+                    streaming = asyncio.create_task(self._streamer.run())
                 try:
                     while True:
                         await self._step(queue)
@@ -176,6 +172,14 @@ class JobWaiter:
                             self.log.warning("%s: %s", self.label, gap)
                             self._notes.append(gap)
                     return await self._event(done)
+            finally:  # the streamer before the subscriptions close, each close awaited even if one fails
+                self._stop_ticks()
+                try:
+                    if streaming is not None:
+                        streaming.cancel()
+                        await asyncio.gather(streaming, return_exceptions=True)
+                finally:
+                    await _close_all(subscriptions)
         except Exception as exc:  # an event, never a crashed trigger
             return await self._event(self._failed_read(exc))
 
@@ -219,7 +223,7 @@ class JobWaiter:
                 watched.append((child.resource.key, child.resource, how))
         return watched
 
-    async def _step(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    async def _step(self, queue: _Inbox) -> None:
         self._schedule_tick(queue)
         tag, item = await queue.get()
         if tag == "error":
@@ -234,7 +238,7 @@ class JobWaiter:
             await self._evaluate()
         self._check_time()
 
-    def _schedule_tick(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    def _schedule_tick(self, queue: _Inbox) -> None:
         """A ``tick`` within :meth:`_tick` seconds from the loop's shared ticker (one timer for every wait):
         time-based checks run at least that often, watch events or not."""
         loop = asyncio.get_running_loop()
@@ -244,7 +248,7 @@ class JobWaiter:
         self._stop_ticks()
         self._tick_entry = _Ticker.of(loop).at(due, lambda: self._ticked(queue))
 
-    def _ticked(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    def _ticked(self, queue: _Inbox) -> None:
         self._tick_entry = None
         queue.put_nowait(("tick", None))
 
@@ -420,7 +424,7 @@ class JobWaiter:
                 self.log.warning("%s: the explanation is incomplete: %s", self.label, exc)
         return event
 
-    def _drain_pods(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    def _drain_pods(self, queue: _Inbox) -> None:
         """Apply the pod events that arrived with the final job event."""
         while not queue.empty():
             tag, item = queue.get_nowait()
@@ -522,13 +526,43 @@ class JobWaiter:
 _HINTS = {401: " (refused again after reloading the credentials)"}
 
 
-def _into(queue: asyncio.Queue[tuple[str, Any]], tag: str) -> Callable[[Any], None]:
-    """A watch hub ``deliver`` that queues each event with ``tag``, and the error ending the watch."""
+class _Inbox:
+    """A waiter's queue of ``(tag, item)``: a list and, while the waiter waits, one future (an
+    ``asyncio.Queue`` holds three deques and an Event: some 3 KiB per waiting job)."""
 
-    def deliver(item: Any) -> None:
-        queue.put_nowait(("error", item) if isinstance(item, BaseException) else (tag, item))
+    __slots__ = ("items", "waker")
 
-    return deliver
+    def __init__(self) -> None:
+        self.items: list[tuple[str, Any]] = []
+        self.waker: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: tuple[str, Any]) -> None:
+        self.items.append(item)
+        if self.waker is not None and not self.waker.done():
+            self.waker.set_result(None)
+
+    def deliver(self, tag: str) -> Callable[[Any], None]:
+        """A watch hub ``deliver`` that queues each event with ``tag``, and the error ending the watch."""
+
+        def put(item: Any) -> None:
+            self.put_nowait(("error", item) if isinstance(item, BaseException) else (tag, item))
+
+        return put
+
+    async def get(self) -> tuple[str, Any]:
+        while not self.items:
+            self.waker = asyncio.get_running_loop().create_future()
+            try:
+                await self.waker
+            finally:
+                self.waker = None
+        return self.items.pop(0)
+
+    def get_nowait(self) -> tuple[str, Any]:
+        return self.items.pop(0)
+
+    def empty(self) -> bool:
+        return not self.items
 
 
 class _TickEntry:
@@ -588,10 +622,13 @@ class _Ticker:
         self._arm()
 
 
-async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+async def _close_all(subscriptions: list[Subscription]) -> None:
+    """Close each subscription, the later ones even if an earlier close fails (its error is raised)."""
+    if subscriptions:
+        try:
+            await subscriptions[-1].close()
+        finally:
+            await _close_all(subscriptions[:-1])
 
 
 def _uid(obj: Mapping[str, Any]) -> str | None:

@@ -28,8 +28,9 @@ from typing import Any
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.kinds.base import PODS, ResourceRef
+from airflow_provider_training.kinds.base import ResourceRef
 from airflow_provider_training.kinds.selectors import LabelTerm, parse_selector, selects
+from airflow_provider_training.slim import trim
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ class _Subscriber:
     Until it is primed with the current state, changes are ignored (the priming snapshot includes them) or,
     while a named object's absence is being confirmed by a GET, buffered and replayed after it.
     """
+
+    __slots__ = ("buffer", "confirming", "floor", "matching", "name", "primed", "put", "selectors", "terms")
 
     def __init__(
         self, name: str | None, selectors: list[tuple[LabelTerm, ...]] | None, deliver: Deliver
@@ -311,7 +314,7 @@ class _SharedWatch:
         except Exception as err:
             sub.put(err)
             return
-        sub.prime_confirmed(obj if obj is None else _trim(obj, self.resource), self.namespace)
+        sub.prime_confirmed(obj if obj is None else trim(obj, self.resource), self.namespace)
 
     async def stop(self) -> None:
         # asyncio.wait, not `await self.task`: awaiting the cancelled task would raise *its* CancelledError,
@@ -364,7 +367,7 @@ class _SharedWatch:
         listed = await self.hook.list_objects(
             self.resource, self.namespace, label_selector=self.scope or None
         )
-        current = {item["metadata"]["name"]: _trim(item, self.resource) for item in listed.get("items") or []}
+        current = {item["metadata"]["name"]: trim(item, self.resource) for item in listed.get("items") or []}
         self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
         if not self.synced:
             self.objects = current
@@ -403,7 +406,7 @@ class _SharedWatch:
             obj = event.get("object") or {}
             version = _rv(obj)
             if event.get("type") != "BOOKMARK":
-                self._apply(str(event.get("type")), _trim(obj, self.resource))
+                self._apply(str(event.get("type")), trim(obj, self.resource))
             if version:
                 self.resource_version = version
 
@@ -415,30 +418,6 @@ class _SharedWatch:
         self.index.update(before, None if type_ == DELETED else obj)
         for sub in self.index.subscribers(before, obj):
             sub.offer(type_, obj)
-
-
-# What readers of a cached pod use of its spec (logs: container names); its metadata and status stay whole.
-_POD_SPEC_KEPT = ("nodeName", "restartPolicy")
-_POD_CONTAINER_LISTS = ("initContainers", "containers")
-
-
-def _trim(obj: dict[str, Any], resource: ResourceRef) -> dict[str, Any]:
-    """What the hub keeps of an object, which it holds in memory for as long as it is watched.
-
-    Never ``metadata.managedFields`` (server-side apply bookkeeping, often the largest part of an object,
-    which nothing reads). Of a pod's spec only the node, the restart policy and the container names: the
-    rest (images, env, mounts, volumes, tolerations, probes) is some 40 % of a pod in localkube and more on
-    a real cluster, and no reader of watched pods (the kinds, diagnostics, the log streamer) looks at it.
-    Jobs and other children are kept whole: a kind's status may read any field of their specs."""
-    (obj.get("metadata") or {}).pop("managedFields", None)
-    spec = obj.get("spec")
-    if resource == PODS and isinstance(spec, dict):
-        kept: dict[str, Any] = {key: spec[key] for key in _POD_SPEC_KEPT if key in spec}
-        for key in _POD_CONTAINER_LISTS:
-            if key in spec:
-                kept[key] = [{"name": c.get("name")} for c in spec[key] or [] if isinstance(c, dict)]
-        obj["spec"] = kept
-    return obj
 
 
 def _rv(obj: dict[str, Any]) -> str | None:
@@ -555,11 +534,12 @@ class WatchHub:
         unknown resource) is raised from the iterator.
         """
         queue: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
-        async with self._join(hook, resource, namespace, name, label_selector, scope, queue.put_nowait):
+        async with self.feed(
+            hook, resource, namespace, queue.put_nowait, name=name, label_selector=label_selector, scope=scope
+        ):
             yield _events(queue)
 
-    @contextlib.asynccontextmanager
-    async def feed(
+    def feed(
         self,
         hook: AsyncTrainingJobHook,
         resource: ResourceRef,
@@ -569,24 +549,11 @@ class WatchHub:
         name: str | None = None,
         label_selector: str | Sequence[str] | None = None,
         scope: Sequence[str] = (),
-    ) -> AsyncIterator[None]:
+    ) -> Subscription:
         """The events of :meth:`subscribe`, each handed to ``deliver`` as it arrives (and the error that
-        ended the watch, instead of raising it): for a subscriber that merges several subscriptions into a
-        queue of its own, without a queue and a task per subscription."""
-        async with self._join(hook, resource, namespace, name, label_selector, scope, deliver):
-            yield
-
-    @contextlib.asynccontextmanager
-    async def _join(
-        self,
-        hook: AsyncTrainingJobHook,
-        resource: ResourceRef,
-        namespace: str,
-        name: str | None,
-        label_selector: str | Sequence[str] | None,
-        scope: Sequence[str],
-        deliver: Deliver,
-    ) -> AsyncIterator[None]:
+        ended the watch, instead of raising it), until the subscription is closed (``async with``, or
+        :meth:`Subscription.close`). For a subscriber that merges several subscriptions into a queue of its
+        own: no queue, task or generator per subscription, so a waiting job costs little memory."""
         given = [label_selector] if isinstance(label_selector, str) else list(label_selector or ())
         # No selector, or an empty one among them, selects every object: the namespace-wide watch serves it.
         parts: dict[str, list[tuple[LabelTerm, ...]] | None] = {"": None}
@@ -607,18 +574,40 @@ class WatchHub:
             watch.add(sub)
             joined.append((watch, sub))
         self._count(subscribers=1)
-        try:
-            yield
-        finally:
-            self._count(subscribers=-1)
-            for watch, sub in joined:
-                if sub.confirming is not None:
-                    sub.confirming.cancel()
-                watch.remove(sub)
-                if not watch.subscribers:
-                    if self._watches.get((key, watch.scope)) is watch:
-                        del self._watches[key, watch.scope]
-                    await watch.stop()
+        return Subscription(self, key, joined)
+
+    async def _leave(self, key: Hashable, joined: list[tuple[_SharedWatch, _Subscriber]]) -> None:
+        self._count(subscribers=-1)
+        for watch, sub in joined:
+            if sub.confirming is not None:
+                sub.confirming.cancel()
+            watch.remove(sub)
+            if not watch.subscribers:
+                if self._watches.get((key, watch.scope)) is watch:
+                    del self._watches[key, watch.scope]
+                await watch.stop()
+
+
+class Subscription:
+    """A :meth:`WatchHub.feed` subscription: delivering from the moment it is made until :meth:`close`, or
+    for the body of an ``async with``."""
+
+    __slots__ = ("_hub", "_joined", "_key")
+
+    def __init__(self, hub: WatchHub, key: Hashable, joined: list[tuple[_SharedWatch, _Subscriber]]):
+        self._hub, self._key, self._joined = hub, key, joined
+
+    async def close(self) -> None:
+        """Leave; the shared watches no subscriber is left on stop. Closing again does nothing."""
+        joined, self._joined = self._joined, []
+        if joined:
+            await self._hub._leave(self._key, joined)
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
 
 
 async def _events(queue: asyncio.Queue[WatchEvent | BaseException]) -> AsyncIterator[WatchEvent]:

@@ -13,6 +13,8 @@ Modes (one fresh trigger process per mode and N; see benchmarks/README.md for wh
 - ``hub-logs``: the same with get_logs=True, log_replicas="all" (two pods per job);
 - ``sdk-poll``: GET the job every --poll-interval s through one shared client (Kubeflow SDK style);
 - ``cncf-poll``: the cncf provider's way: a real AsyncKubernetesHook per trigger, a new ApiClient per GET.
+- ``floor``: a trigger that sends no request and waits until cancelled: what the triggerer itself spends per
+  trigger, below which no trigger can go (no start-up or status-change figures: it never hears of the jobs).
 
 localkube (default controllers; a scripted runtime whose containers stay Running and log a line every
 --log-every s) runs in a thread of this process, on its own loop. Every request it answers is stamped on
@@ -59,6 +61,7 @@ MODES = {
     "hub-logs": "watch hub, logs (all)",
     "sdk-poll": "SDK-style poll, shared client",
     "cncf-poll": "cncf-style poll, client per GET",
+    "floor": "idle trigger, no request (floor)",
 }
 QUIET_LAG = 0.1  # the loop counts as settled once its lag stays below this for QUIET_FOR seconds
 QUIET_FOR = 1.0
@@ -296,6 +299,8 @@ def measure(
         # -- start-up: until every trigger is armed (server side) and the loop is quiet
         deadline = started + args.startup_timeout
         subscribed = settled = None
+        if mode == "floor":  # armed once started: it waits on nothing the server says
+            subscribed = started
         while time.monotonic() < deadline:
             time.sleep(0.25)
             now = time.monotonic()
@@ -327,6 +332,9 @@ def measure(
         timed = requests.between(window_start, window_end)
         steady(m, timed, child.samples, window_start, window_end)
 
+        if mode == "floor":  # it would never hear of the flips
+            m.peak_rss_kb = max((s["rss_kb"] for s in child.samples), default=0)
+            return m
         # -- flip every job to Succeeded, --flip-rate jobs a second
         flip(cluster, runtime, names, len(names) / args.flip_rate)
         try:

@@ -12,6 +12,11 @@
   ``CustomObjectsApi.get_namespaced_custom_object`` where the cncf hook calls ``read_namespaced_job_status``.
 
 Both start with a GET at once (as their models do) and return one event when the job is terminal.
+
+- :class:`IdleTrigger`: the floor, no baseline of a client: a trigger that sends no request and waits on one
+  future until the triggerer cancels it. What it costs per trigger is what the triggerer (the harness's
+  ``run_trigger`` task, greenback's portal, ``BaseTrigger`` and its logger) spends on any trigger at all, so
+  no provider's trigger can cost less.
 """
 
 from __future__ import annotations
@@ -127,3 +132,18 @@ class CncfStylePollingTrigger(_Polling):
                 "The job '%s' is incomplete. Sleeping for %i sec.", self.job_name, self.poll_interval
             )
             await asyncio.sleep(self.poll_interval)
+
+
+class IdleTrigger(BaseTrigger):
+    """The floor: no request, no state but its job's name; waits until cancelled."""
+
+    def __init__(self, *, job_name: str) -> None:
+        super().__init__()
+        self.job_name = job_name
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", {"job_name": self.job_name}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await asyncio.get_running_loop().create_future()  # never done: the harness cancels it
+        yield TriggerEvent({"status": "never", "name": self.job_name})

@@ -88,6 +88,7 @@ PRELOAD = {
     "cncf-poll": ("airflow.providers.cncf.kubernetes.hooks.kubernetes", "kubernetes_asyncio.client"),
 }
 PRELOAD["hub-logs"] = (*PRELOAD["hub"], "airflow_provider_training.logs")
+PRELOAD["floor"] = ()
 
 
 # -- the triggers --------------------------------------------------------------------------------------------
@@ -114,6 +115,10 @@ def build_triggers(args: argparse.Namespace) -> list[Any]:
             )
             for name in names
         ]
+    elif args.mode == "floor":
+        import scale_baselines
+
+        built = [scale_baselines.IdleTrigger(job_name=name) for name in names]
     else:
         import scale_baselines
 
@@ -256,6 +261,13 @@ class Profiler:
                 f"{stat.size_diff / triggers / 1024:6.1f} KiB/trigger"
             )
             lines += [f"      {_short(f.filename)}:{f.lineno}" for f in reversed(frames)]
+        parts: Counter[str] = Counter()
+        for stat in diff:
+            parts[part_of([f.filename for f in stat.traceback])] += stat.size_diff
+        lines += ["", "still live per trigger, by part (an allocation's innermost frame of a known part):"]
+        for part, size in parts.most_common():
+            lines.append(f"  {size / 1024 / triggers:6.1f} KiB/trigger  {part}")
+        lines += ["", *hub_cache_lines(triggers)]
         grown = {k: types[k] - self.before_types.get(k, 0) for k in types}
         lines += ["", "live objects per trigger of the kinds that hold a client, a stream or a timer:"]
         for name, count in sorted(grown.items()):
@@ -302,6 +314,64 @@ WATCHED_TYPES = (
     "ClientResponse",
     "StreamReader",
 )
+
+
+def part_of(files: list[str]) -> str:
+    """Which part of a triggerer an allocation belongs to, by the innermost frame of a known part (its
+    traceback, oldest frame first)."""
+    provider = "airflow_provider_training/"
+    for name in reversed(files):
+        if provider + "slim.py" in name:
+            return "hub cache (the objects, as kept)"
+        if provider + "hooks/transport.py" in name:
+            hub = any("watch.py" in f for f in files)
+            return "hub cache (the objects, as decoded)" if hub else "log streams"
+        if "aiohttp" in name:
+            return "log streams"
+        if provider + "logs.py" in name:
+            return "log streamer (per pod: state, cursor, task)"
+        if provider + "watch.py" in name:
+            return "hub subscriptions and index"
+        if provider + "waiting.py" in name or provider + "kinds/" in name:
+            return "JobWaiter (its state, inbox, status, ticker entry)"
+        if provider in name:
+            return "provider, other (trigger, hook, connection, off-loop import)"
+        if "greenback" in name:
+            return "greenback portal (the triggerer's, per trigger)"
+        if "scale_child" in name:
+            return "the harness's run_trigger task (the triggerer's part)"
+        if "site-packages/airflow/" in name:
+            return "Airflow"
+    return "other"
+
+
+def hub_cache_lines(triggers: int) -> list[str]:
+    """What the loop's watch hub holds in its caches, per shared watch: objects and their deep size (every
+    dict, list and string reached, each counted once across all of them), per trigger."""
+    from airflow_provider_training.watch import WatchHub
+
+    lines = ["the watch hub's cached objects (deep size, shared strings counted once):"]
+    seen: set[int] = set()
+    for (_, scope), watch in WatchHub.shared()._watches.items():
+        size = sum(deep_size(obj, seen) for obj in watch.objects.values())
+        label = watch.resource.plural + (f" labelled {scope}" if scope else "")
+        per = size / 1024 / triggers
+        count = len(watch.objects)
+        lines.append(f"  {size / 1024:9.0f} KiB  {count:6d} objects  {per:6.1f} KiB/trigger  {label}")
+    return lines
+
+
+def deep_size(value: Any, seen: set[int]) -> int:
+    """``sys.getsizeof`` of ``value`` and of everything it holds (JSON-shaped), each object once."""
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in value.items())
+    elif isinstance(value, list):
+        size += sum(deep_size(v, seen) for v in value)
+    return size
 
 
 def ssl_context_cost(count: int = 40) -> str:

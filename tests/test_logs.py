@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -471,6 +472,50 @@ async def test_only_the_jobs_own_pods_of_mlkube_mxjobs_run_by_their_controller(t
         "[worker-0",
         "[worker-1",
     }
+
+
+OWNER: contextvars.ContextVar[str] = contextvars.ContextVar("OWNER", default="")
+
+
+async def test_each_streamer_writes_in_its_own_context_though_the_hub_delivers_from_its_watch_task(env):
+    """A triggerer routes log records to a trigger's task log by the context of the task that writes them.
+    The pod watch's task is started in the first subscriber's context and delivers every streamer's pod
+    events: a second job's lines must still be written in its own trigger's context, not the first's."""
+    cluster, hook = env
+    hub = WatchHub()
+    written: list[tuple[str, str]] = []
+
+    def start(job: str) -> asyncio.Task[None]:
+        context = contextvars.copy_context()
+        context.run(OWNER.set, job)
+        streamer = ReplicaLogStreamer(
+            hook,
+            PYTORCH,
+            "default",
+            job,
+            emit=lambda line: written.append((OWNER.get(), line)),
+            note=lambda line: written.append((OWNER.get(), line)),
+            hub=hub,
+            retry_interval=0.05,
+        )
+        return asyncio.get_running_loop().create_task(streamer.run(), context=context)
+
+    first = add_pod(cluster, "Master", 0, job="first")
+    cluster.logs.write("default", first, C, "from first\n")
+    tasks = [start("first")]
+    await until(lambda: ("first", "[master-0] from first") in written)
+    tasks.append(start("second"))
+    await until(lambda: hub.stats.subscribers == 2)
+    second = add_pod(cluster, "Master", 0, job="second")  # its ADDED comes through the watch's task
+    cluster.logs.write("default", second, C, "from second\n")
+    await until(lambda: any(line == "[master-0] from second" for _, line in written))
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert [(owner, line) for owner, line in written if "from" in line] == [
+        ("first", "[master-0] from first"),
+        ("second", "[master-0] from second"),
+    ]
 
 
 def test_timestamps_parse_to_nanoseconds():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -485,9 +486,10 @@ async def test_the_cache_drops_managed_fields(kube, hook):
     assert stored["metadata"].get("managedFields") == managed  # the server kept them: the hub dropped them
 
 
-async def test_the_cache_keeps_of_a_pod_its_metadata_status_node_and_container_names(kube, hook):
-    """What readers of watched pods use stays whole (metadata, status, node, restart policy, container
-    names); the rest of the spec (images, env, mounts, volumes, tolerations) is not held in memory."""
+async def test_the_cache_keeps_of_a_pod_what_its_readers_read(kube, hook):
+    """What readers of watched pods use stays (metadata but annotations; the node, restart policy and
+    container names; the phase, reason, message, conditions, start time and container states); the rest
+    (images, env, mounts, volumes, tolerations, IPs, QoS class, annotations) is not held in memory."""
     hub = WatchHub()
     container = {
         "name": "trainer",
@@ -503,8 +505,38 @@ async def test_the_cache_keeps_of_a_pod_its_metadata_status_node_and_container_n
         "volumes": [{"name": "data", "emptyDir": {}}],
         "tolerations": [{"key": "gpu", "operator": "Exists"}],
     }
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}}, "spec": spec}
-    stored = kube.store.create(rtype(kube, PODS), "default", pod)
+    metadata = {"name": "p", "labels": {"a": "b"}, "annotations": {"note": "x" * 1000}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    kube.store.create(rtype(kube, PODS), "default", pod)
+    running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    status = {
+        "phase": "Running",
+        "reason": "R",
+        "message": "M",
+        "qosClass": "BestEffort",
+        "podIP": "10.0.0.1",
+        "podIPs": [{"ip": "10.0.0.1"}],
+        "startTime": "2026-01-01T00:00:00Z",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ],
+        "initContainerStatuses": [
+            {"name": "fetch", "image": "i", "imageID": "x", "state": {"terminated": {"exitCode": 0}}}
+        ],
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "image": "registry.example/train:1",
+                "containerID": "containerd://1",
+                "state": running,
+                "lastState": {},
+                "restartCount": 1,
+                "ready": True,
+                "started": True,
+            }
+        ],
+    }
+    kube.store.update_status(rtype(kube, PODS), "default", "p", status)
     async with hub.subscribe(hook, PODS, "default", label_selector="a=b") as events:
         cached = (await next_event(events)).object
     assert cached["spec"] == {
@@ -513,5 +545,47 @@ async def test_the_cache_keeps_of_a_pod_its_metadata_status_node_and_container_n
         "initContainers": [{"name": "fetch"}],
         "containers": [{"name": "trainer"}],
     }
-    assert cached["metadata"] == stored["metadata"] and cached.get("status") == stored.get("status")
-    assert kube.store.get(rtype(kube, PODS), "default", "p")["spec"]["volumes"]  # the server's pod is whole
+    whole = kube.store.get(rtype(kube, PODS), "default", "p")
+    assert cached["metadata"] == {k: v for k, v in whole["metadata"].items() if k != "annotations"}
+    assert cached["status"] == {
+        "phase": "Running",
+        "reason": "R",
+        "message": "M",
+        "startTime": "2026-01-01T00:00:00Z",
+        "conditions": status["conditions"],
+        "initContainerStatuses": [{"name": "fetch", "state": {"terminated": {"exitCode": 0}}}],
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "state": running,
+                "lastState": {},
+                "restartCount": 1,
+                "ready": True,
+                "started": True,
+            }
+        ],
+    }
+    assert whole["spec"]["volumes"] and whole["metadata"]["annotations"]  # the server's pod is whole
+
+
+async def test_the_cache_keeps_of_a_job_all_but_annotations_and_pod_templates(kube, hook):
+    """A kind's status may read any field of a job's spec or status, but none reads its annotations
+    (``last-applied-configuration`` is the whole manifest) or its replicas' pod templates."""
+    hub = WatchHub()
+    body = {**job_body("templated"), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+    body["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}" * 500}
+    kube.store.create(rtype(kube, JOB), "default", body)
+    async with hub.subscribe(hook, JOB, "default", name="templated") as events:
+        cached = (await next_event(events)).object
+    stored = kube.store.get(rtype(kube, JOB), "default", "templated")
+    replicas = stored["spec"]["pytorchReplicaSpecs"]
+    assert all("template" in spec for spec in replicas.values())  # the server's job is whole
+    assert cached["spec"]["pytorchReplicaSpecs"] == {
+        name: {k: v for k, v in spec.items() if k != "template"} for name, spec in replicas.items()
+    }
+    assert "annotations" not in cached["metadata"] and stored["metadata"]["annotations"]
+    assert cached["metadata"] == {k: v for k, v in stored["metadata"].items() if k != "annotations"}
+    assert cached.get("status") == stored.get("status")
+    # Strings are shared with every other cached object's (interned), keys included.
+    name = cached["metadata"]["name"]
+    assert sys.intern("templated") is name and all(sys.intern(key) is key for key in cached["metadata"])
