@@ -419,8 +419,7 @@ class ReplicaLogStreamer:
         """Follow only the deciding replica from now on (read from the job as the hub has it; without it,
         the kind's master-role pods), and say so if that is fewer replicas than before."""
         self._narrowed = True
-        hub = self.hub or WatchHub.shared()
-        job = hub.cached(self.hook, self.kind.resource, self.namespace, self.job_name)
+        job = self._cached_job()
         deciding = self.kind.deciding_replica(job) if job is not None else None
         chosen = self.replicas
         if deciding and not isinstance(chosen, str) and [r.lower() for r in chosen] == [deciding.lower()]:
@@ -431,6 +430,11 @@ class ReplicaLogStreamer:
             f"This triggerer follows {followed_pods()} replica logs, its limit (max_log_streams="
             f"{self._limit()}): streaming only {which} of {self.kind.kind} {self.namespace}/{self.job_name}"
         )
+
+    def _cached_job(self) -> dict[str, Any] | None:
+        """The job as a running watch of the hub last saw it (``None``: not watched, or not seen yet)."""
+        hub = self.hub or WatchHub.shared()
+        return hub.cached(self.hook, self.kind.resource, self.namespace, self.job_name)
 
     def _track(self, pod: dict[str, Any]) -> _Pod | None:
         """Start keeping state for a chosen replica pod (a new one, or a new incarnation of a name)."""
@@ -461,12 +465,15 @@ class ReplicaLogStreamer:
         """Once: turn ``deciding`` into the job's deciding replica type; say which replicas are followed."""
         if self._chosen:
             return
-        job = None
         if self.replicas in ("deciding", "master"):
-            try:
-                job = await self.hook.get_job(self.kind, self.job_name, self.namespace)
-            except Exception as err:  # unreadable now (a 403 says which permission): the master-role pods
-                self.note(f"Could not read the job to find its deciding replica: {err}")
+            # The job as the hub has it (a trigger's waiter watches it), else one read: a triggerer starting
+            # 1,000 deferred jobs would otherwise send 1,000 GETs for what its job watch already holds.
+            job = self._cached_job()
+            if job is None:
+                try:
+                    job = await self.hook.get_job(self.kind, self.job_name, self.namespace)
+                except Exception as err:  # unreadable now (a 403 says which permission): the master-role pods
+                    self.note(f"Could not read the job to find its deciding replica: {err}")
             deciding = self.kind.deciding_replica(job) if job is not None else None
             self.replicas = [deciding] if deciding else "master"
             self._narrowed = True

@@ -11,6 +11,7 @@ Modes (one fresh trigger process per mode and N; see benchmarks/README.md for wh
 
 - ``hub``: N ``TrainingJobTrigger`` (get_logs=False), sharing the process's watch hub;
 - ``hub-logs``: the same with get_logs=True, log_replicas="all" (two pods per job);
+- ``hub-deciding``: get_logs=True with the default log_replicas="deciding" (the Master's pod per job);
 - ``sdk-poll``: GET the job every --poll-interval s through one shared client (Kubeflow SDK style);
 - ``cncf-poll``: the cncf provider's way: a real AsyncKubernetesHook per trigger, a new ApiClient per GET.
 - ``floor``: a trigger that sends no request and waits until cancelled: what the triggerer itself spends per
@@ -59,10 +60,13 @@ CONN_ID = "scale_bench"
 MODES = {
     "hub": "watch hub, no logs",
     "hub-logs": "watch hub, logs (all)",
+    "hub-deciding": "watch hub, logs (deciding)",
     "sdk-poll": "SDK-style poll, shared client",
     "cncf-poll": "cncf-style poll, client per GET",
     "floor": "idle trigger, no request (floor)",
 }
+# The hub modes, and the log streams each job's trigger opens in them.
+STREAMS_PER_JOB = {"hub": 0, "hub-logs": 2, "hub-deciding": 1}
 QUIET_LAG = 0.1  # the loop counts as settled once its lag stays below this for QUIET_FOR seconds
 QUIET_FOR = 1.0
 
@@ -219,7 +223,7 @@ def request_kind(record: Any) -> str:
 
 def armed_at(mode: str, jobs: int, timed: list[tuple[float, Any]]) -> float | None:
     """When the server had seen what every trigger needs to be waiting (the request that completed it)."""
-    if mode in ("hub", "hub-logs"):
+    if mode in STREAMS_PER_JOB:
         watches = {
             r.path.rsplit("/", 1)[-1]: t for t, r in timed if request_kind(r) == "watch" and r.status == 200
         }
@@ -232,7 +236,7 @@ def armed_at(mode: str, jobs: int, timed: list[tuple[float, Any]]) -> float | No
         for t, r in timed:
             if request_kind(r) == "log follow" and r.status == 200:
                 streams.setdefault(r.path, t)
-        return max(armed, *streams.values()) if len(streams) >= 2 * jobs else None
+        return max(armed, *streams.values()) if len(streams) >= STREAMS_PER_JOB[mode] * jobs else None
     gets: dict[str, float] = {}
     for t, r in timed:
         if request_kind(r) == "get pytorchjobs":

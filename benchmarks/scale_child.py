@@ -87,7 +87,7 @@ PRELOAD = {
     "sdk-poll": ("kubernetes_asyncio.client", "kubernetes_asyncio.config"),
     "cncf-poll": ("airflow.providers.cncf.kubernetes.hooks.kubernetes", "kubernetes_asyncio.client"),
 }
-PRELOAD["hub-logs"] = (*PRELOAD["hub"], "airflow_provider_training.logs")
+PRELOAD["hub-logs"] = PRELOAD["hub-deciding"] = (*PRELOAD["hub"], "airflow_provider_training.logs")
 PRELOAD["floor"] = ()
 
 
@@ -100,7 +100,7 @@ def build_triggers(args: argparse.Namespace) -> list[Any]:
 
     kind = get_kind("PyTorchJob")
     names = [f"{args.prefix}-{i:04d}" for i in range(args.jobs)]
-    if args.mode in ("hub", "hub-logs"):
+    if args.mode in ("hub", "hub-logs", "hub-deciding"):
         from airflow_provider_training.triggers.training import TrainingJobTrigger
 
         built: list[Any] = [
@@ -110,8 +110,8 @@ def build_triggers(args: argparse.Namespace) -> list[Any]:
                 job_name=name,
                 namespace=args.namespace,
                 kubernetes_conn_id=args.conn_id,
-                get_logs=args.mode == "hub-logs",
-                log_replicas="all",
+                get_logs=args.mode != "hub",
+                log_replicas="all" if args.mode == "hub-logs" else "deciding",
             )
             for name in names
         ]

@@ -645,6 +645,33 @@ async def test_past_max_streams_a_streamer_follows_only_the_deciding_replica_and
     assert log_requests(cluster, worker) == []  # neither followed nor read at the end
 
 
+@pytest.mark.parametrize("job_watched", [True, False], ids=["job-in-the-hub", "job-read"])
+async def test_the_deciding_replica_comes_from_the_hubs_job_when_it_has_it(env, job_watched):
+    """A trigger's waiter watches its job through the hub: the streamer reads the deciding replica from there
+    and sends no request of its own (a triggerer restarting with 1,000 jobs would send 1,000 GETs)."""
+    cluster, hook = env
+    hub = WatchHub()
+    job = {**job_body("job"), "kind": "PyTorchJob"}
+    job["spec"]["pytorchReplicaSpecs"]["Worker"] = job["spec"]["pytorchReplicaSpecs"]["Master"]
+    cluster.store.create(rtype(cluster, PYTORCH.resource), "default", job)
+    master, worker = add_pod(cluster, "Master", 0), add_pod(cluster, "Worker", 0)
+    for pod, text in ((master, "m"), (worker, "w")):
+        cluster.logs.write("default", pod, C, f"{text}\n")
+    async with contextlib.AsyncExitStack() as stack:
+        if job_watched:
+            job_events = await stack.enter_async_context(
+                hub.subscribe(hook, PYTORCH.resource, "default", name="job")
+            )
+            assert (await anext(job_events)).type == "ADDED"
+        gets_before = len(requests_to(cluster, "pytorchjobs/job"))
+        run = Streaming(hook, hub=hub, replicas="deciding")
+        assert await run.wait_for(1) == ["[master-0] m"]
+        assert await run.stop() == ["[master-0] m"]
+    assert run.notes[0] == "Streaming the logs of the Master replicas of PyTorchJob default/job"
+    assert len(requests_to(cluster, "pytorchjobs/job")) - gets_before == (0 if job_watched else 1)
+    assert log_requests(cluster, worker) == []
+
+
 async def test_below_max_streams_every_chosen_replica_is_followed(env):
     cluster, hook = env
     master, worker = add_pod(cluster, "Master", 0), add_pod(cluster, "Worker", 0)
