@@ -161,10 +161,13 @@ class JobWaiter:
                 self._began = datetime.now(UTC)
                 if self.opts.get_logs:
                     self._streamer = self._log_streamer()
-                    streaming = asyncio.create_task(self._streamer.run())
                 try:
                     while True:
                         await self._step(queue)
+                        # Follow once the job is known: the streamer finds its deciding replica in the job
+                        # the hub now holds, instead of a GET per job when a triggerer starts N of them.
+                        if streaming is None and self._streamer is not None and self.job is not None:
+                            streaming = asyncio.create_task(self._streamer.run())
                 except _Finished as done:
                     self._drain_pods(queue)
                     if self._streamer is not None:  # emit what is left first, and say what could not be

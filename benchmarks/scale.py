@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,7 @@ class Measurement:
     subscribed_s: float | None = None  # from the triggers' start to the last request that armed them all
     settled_s: float | None = None  # ... to the loop being quiet as well
     startup_requests: int = 0
+    startup_kinds: dict[str, int] = field(default_factory=dict)
     startup_lag_max: float = 0.0
     peak_rss_kb: int = 0
     steady_window: float = 0.0
@@ -321,7 +323,9 @@ def measure(
         m.subscribed_s = None if subscribed is None else subscribed - started
         end_of_startup = settled or time.monotonic()
         m.settled_s = None if settled is None else settled - started
-        m.startup_requests = len(requests.between(go, end_of_startup))
+        startup = requests.between(go, end_of_startup)
+        m.startup_requests = len(startup)
+        m.startup_kinds = dict(Counter(request_kind(record) for _, record in startup))
         lags = [s["lag"] for s in child.samples if s["t"] <= end_of_startup]
         m.startup_lag_max = max(lags, default=0.0)
 
@@ -560,6 +564,10 @@ def report(runs: list[Measurement], submit: Submit | None, args: argparse.Namesp
             ", ".join(f"{k} {v}" for k, v in sorted(m.steady_kinds.items(), key=lambda kv: -kv[1])) or "none"
         )
         print(f"{m.jobs:>5} {MODES[m.mode]:<32} {kinds}")
+    print("\nstart-up requests by kind")
+    for m in runs:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(m.startup_kinds.items(), key=lambda kv: -kv[1]))
+        print(f"{m.jobs:>5} {MODES[m.mode]:<32} {kinds or 'none'}")
     print(
         "\nset-up (not part of the figures): creating the jobs until all pods ran; "
         "the trigger process's imports"
