@@ -271,3 +271,27 @@ def test_sensor_returns_the_finished_jobs_result(kube, mode):
     result = sensor.execute(make_context())
 
     assert (result["state"], result["progress"]) == ("Succeeded", TRAINER_STATUS)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_deleted_while_waiting_says_so(kube, mode):
+    def delete(job: str) -> None:
+        kube.store.delete(rtype(kube, "trainjobs"), NAMESPACE, job)
+
+    with pytest.raises(TrainingJobError) as failure:
+        run_driven(operator(), mode, delete)
+
+    assert failure.value.status == "deleted"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_status_past_the_grace_period_names_the_jobset_creation(kube, monkeypatch, mode):
+    """kubeflow/trainer#2351: a TrainJob whose JobSet could not be created gets no condition at all."""
+    monkeypatch.setenv("AIRFLOW__TRAINING__STATUS_GRACE_PERIOD", "1")
+
+    with pytest.raises(TrainingJobError) as failure:
+        run_driven(operator(), mode, lambda job: None)
+
+    assert failure.value.status == "error"
+    assert failure.value.event["job_status"]["reason"] == "OperatorNotRunning"
+    assert "could not create the TrainJob's JobSet" in str(failure.value)
