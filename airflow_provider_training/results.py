@@ -39,7 +39,7 @@ def job_label(job: Mapping[str, Any]) -> str:
 
 def build_result(event: WaitEvent) -> dict[str, Any]:
     """The XCom return value: identity, final status, replica table, pod names and times; ``progress`` (what
-    the training reported, e.g. a TrainJob's ``trainerStatus``) when there is some."""
+    the training itself reported: progress, metrics) for kinds whose status has it."""
     job = event.job.to_dict() if event.job else {}
     status = event.job_status or {}
     return {

@@ -75,8 +75,8 @@ class JobStatus:
     end: datetime | None = None
     # Set when the status could not be read from the object itself, e.g. "the operator is not running".
     stalled: bool = False
-    # What the training itself reports, for kinds whose API has it (TrainJob's ``trainerStatus``: progress,
-    # metrics); JSON-ready, ``None`` when the job reports nothing.
+    # What the training itself reports (progress, metrics), for kinds whose status has it; JSON-ready,
+    # ``None`` when the job reports nothing.
     progress: Mapping[str, Any] | None = None
 
     @property
