@@ -18,7 +18,8 @@ PROVIDER_INFO: dict[str, Any] = {
     "package-name": "airflow-provider-training",
     "name": "Distributed Training",
     "description": "Operators, sensors and triggers for distributed training jobs on Kubernetes "
-    "(Kubeflow Training Operator, PaddlePaddle EDL, legacy MXNet, TensorStack T9k).",
+    "(Kubeflow Training Operator, Kubeflow Trainer v2, PaddlePaddle EDL, legacy MXNet, TensorStack "
+    "T9k).",
     "versions": ["0.1.0"],
     "integrations": [
         {
@@ -36,6 +37,7 @@ PROVIDER_INFO: dict[str, Any] = {
                 "airflow_provider_training.operators.paddle_edl",
                 "airflow_provider_training.operators.mxnet_legacy",
                 "airflow_provider_training.operators.tensorstack",
+                "airflow_provider_training.operators.trainer",
                 "airflow_provider_training.operators.control",
             ],
         }
@@ -49,6 +51,7 @@ PROVIDER_INFO: dict[str, Any] = {
                 "airflow_provider_training.sensors.paddle_edl",
                 "airflow_provider_training.sensors.mxnet_legacy",
                 "airflow_provider_training.sensors.tensorstack",
+                "airflow_provider_training.sensors.trainer",
             ],
         }
     ],
@@ -67,8 +70,8 @@ PROVIDER_INFO: dict[str, Any] = {
                     "description": "URL of a job's page for the 'Training Job' link, with the fields "
                     "{namespace}, {name}, {kind}, {plural} and {uid}: one template for every kind, or a "
                     "JSON object of templates by kind, family (kubeflow, mxnet-legacy, paddle-edl, "
-                    "tensorstack) and 'default'. The connection extra training_job_url_template is asked "
-                    "first. Empty: no link.",
+                    "tensorstack, trainer) and 'default'. The connection extra training_job_url_template is "
+                    "asked first. Empty: no link.",
                     "version_added": "0.1.0",
                     "type": "string",
                     "example": "https://kubeflow.example.com/_/training/#/{namespace}/{plural}/{name}",

@@ -38,7 +38,8 @@ def job_label(job: Mapping[str, Any]) -> str:
 
 
 def build_result(event: WaitEvent) -> dict[str, Any]:
-    """The XCom return value: identity, final status, replica table, pod names and times."""
+    """The XCom return value: identity, final status, replica table, pod names and times; ``progress`` (what
+    the training itself reported: progress, metrics) for kinds whose status has it."""
     job = event.job.to_dict() if event.job else {}
     status = event.job_status or {}
     return {
@@ -55,6 +56,7 @@ def build_result(event: WaitEvent) -> dict[str, Any]:
         "start": status.get("start"),
         "end": status.get("end"),
         "duration_seconds": status.get("duration_seconds"),
+        **({"progress": status["progress"]} if status.get("progress") else {}),
     }
 
 

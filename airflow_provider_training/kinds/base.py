@@ -75,6 +75,9 @@ class JobStatus:
     end: datetime | None = None
     # Set when the status could not be read from the object itself, e.g. "the operator is not running".
     stalled: bool = False
+    # What the training itself reports (progress, metrics), for kinds whose status has it; JSON-ready,
+    # ``None`` when the job reports nothing.
+    progress: Mapping[str, Any] | None = None
 
     @property
     def duration_seconds(self) -> float | None:
@@ -87,8 +90,8 @@ class JobStatus:
         return replace(self, state=state, reason=reason or self.reason, message=message or self.message)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable form, for trigger events and XCom."""
-        return {
+        """JSON-serializable form, for trigger events and XCom (``progress`` only when there is some)."""
+        found = {
             "state": self.state.value,
             "reason": self.reason,
             "message": self.message,
@@ -98,6 +101,7 @@ class JobStatus:
             "duration_seconds": self.duration_seconds,
             "stalled": self.stalled,
         }
+        return found if self.progress is None else {**found, "progress": dict(self.progress)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobStatus:
@@ -109,6 +113,7 @@ class JobStatus:
             start=parse_time(data.get("start")),
             end=parse_time(data.get("end")),
             stalled=bool(data.get("stalled", False)),
+            progress=data.get("progress"),
         )
 
 

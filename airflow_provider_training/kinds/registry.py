@@ -19,6 +19,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "airflow_provider_training.kinds.mxnet_legacy",
     "airflow_provider_training.kinds.paddle_edl",
     "airflow_provider_training.kinds.tensorstack",
+    "airflow_provider_training.kinds.trainer",
 )
 
 

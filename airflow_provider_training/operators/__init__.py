@@ -22,6 +22,7 @@ from airflow_provider_training.operators.tensorstack import (
     T9kTensorFlowTrainingJobOperator,
     T9kXGBoostTrainingJobOperator,
 )
+from airflow_provider_training.operators.trainer import TrainJobOperator
 from airflow_provider_training.operators.training import TrainingJobOperator
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "T9kTensorFlowTrainingJobOperator",
     "T9kXGBoostTrainingJobOperator",
     "TFJobOperator",
+    "TrainJobOperator",
     "TrainingJobOperator",
     "TrainingJobResumeOperator",
     "TrainingJobSuspendOperator",

@@ -19,6 +19,7 @@ from airflow_provider_training.sensors.tensorstack import (
     T9kTensorFlowTrainingJobSensor,
     T9kXGBoostTrainingJobSensor,
 )
+from airflow_provider_training.sensors.trainer import TrainJobSensor
 from airflow_provider_training.sensors.training import TrainingJobSensor
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "T9kTensorFlowTrainingJobSensor",
     "T9kXGBoostTrainingJobSensor",
     "TFJobSensor",
+    "TrainJobSensor",
     "TrainingJobSensor",
     "XGBoostJobSensor",
 ]

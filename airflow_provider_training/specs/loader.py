@@ -25,6 +25,7 @@ SPEC_MODULES: tuple[str, ...] = (
     "airflow_provider_training.specs.mxnet_legacy",
     "airflow_provider_training.specs.paddle_edl",
     "airflow_provider_training.specs.tensorstack",
+    "airflow_provider_training.specs.trainer",
 )
 """Modules exporting ``MODELS: tuple[type[JobModel], ...]``; adding a family's specs is one line here."""
 

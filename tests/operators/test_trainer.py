@@ -1,0 +1,297 @@
+"""TrainJobOperator, TrainJobSensor and the generic suspend/resume operators against localkube over HTTP, with
+the upstream Trainer v2.3.0 CRDs loaded (tests/fixtures/crds).
+
+localkube has no Trainer, JobSet or batch Job controller yet: each test writes the TrainJob's status and its
+pods (labelled as JobSet's batch Jobs label them) itself, as those controllers would. Deferrable runs write
+them only after the task deferred, sync runs once the operator submitted: no step bets on timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from localkube.cluster import LocalKube
+from localkube.pytest_plugin import connection_json
+from localkube.resources import PODS
+
+from airflow_provider_training.kinds import get_kind
+from airflow_provider_training.operators import (
+    TrainingJobResumeOperator,
+    TrainingJobSuspendOperator,
+    TrainJobOperator,
+)
+from airflow_provider_training.operators.trainer import TrainingRuntimeNotFound
+from airflow_provider_training.results import TrainingJobError
+from airflow_provider_training.sensors import TrainJobSensor
+from airflow_provider_training.specs import SpecError
+from tests.fixtures import CRDS
+from tests.operators.harness import NAMESPACE, first_event, in_thread, make_context, sent_since, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+TRAIN_JOB = get_kind("TrainJob", "trainer.kubeflow.org/v1alpha1")
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+RUNTIME = "torch-distributed"
+
+
+def runtime(kind: str, name: str) -> dict[str, Any]:
+    """A torch runtime shaped like upstream's manifests/base/runtimes/torch_distributed.yaml."""
+    container = {"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"}
+    job = {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [container]}}}}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [job]}}},
+    }
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
+    """localkube with the trainer CRDs, no controller and no pod runtime: only the tests write statuses."""
+    cluster = LocalKube(runtime="none", controllers=[], crd_dir=CRDS / "trainer.kubeflow.org-v1alpha1")
+    with cluster, pytest.MonkeyPatch.context() as mp:
+        path = cluster.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
+        mp.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(path))
+        cluster.store.create(
+            rtype(cluster, "clustertrainingruntimes"), "", runtime("ClusterTrainingRuntime", RUNTIME)
+        )
+        yield cluster
+
+
+def rtype(kube: LocalKube, plural: str) -> Any:
+    return kube.store.resource_type(GROUP, VERSION, plural)
+
+
+def train_jobs(kube: LocalKube) -> list[dict[str, Any]]:
+    return kube.store.list(rtype(kube, "trainjobs"), NAMESPACE)
+
+
+def operator(**options: Any) -> TrainJobOperator:
+    options.setdefault("get_logs", False)
+    options.setdefault("runtime", RUNTIME)
+    options.setdefault("trainer", {"image": "busybox", "command": ["train"], "numNodes": 2})
+    return TrainJobOperator(task_id="train", check_interval=0.1, **options)
+
+
+def condition(type_: str, reason: str, message: str) -> dict[str, Any]:
+    at = "2026-11-30T08:05:00Z"
+    return {"type": type_, "status": "True", "reason": reason, "message": message, "lastTransitionTime": at}
+
+
+def add_pod(kube: LocalKube, job: str, index: int, phase: str, exit_code: int | None) -> None:
+    """node ``index`` of the TrainJob's JobSet, as its batch Job creates it, in ``phase``."""
+    name = f"{job}-node-0-{index}-abcde"
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": job,
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+        "jobset.sigs.k8s.io/job-index": "0",
+        "batch.kubernetes.io/job-name": f"{job}-node-0",
+        "batch.kubernetes.io/job-completion-index": str(index),
+    }
+    spec = {"containers": [{"name": "node", "image": "busybox"}], "restartPolicy": "Never"}
+    kube.store.create(PODS, NAMESPACE, {"metadata": {"name": name, "labels": labels}, "spec": spec})
+    kube.logs.start_container(NAMESPACE, name, "node")
+    kube.logs.write(NAMESPACE, name, "node", f"node {index}: epoch 1\n")
+    if exit_code:
+        kube.logs.write(NAMESPACE, name, "node", "RuntimeError: boom\n")
+    if exit_code is not None:
+        kube.logs.close_container(NAMESPACE, name, "node")
+    state = (
+        {"running": {"startedAt": "2026-11-30T08:01:00Z"}}
+        if exit_code is None
+        else {"terminated": {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed"}}
+    )
+    status = {"phase": phase, "containerStatuses": [{"name": "node", "state": state, "restartCount": 0}]}
+    kube.store.update_status(PODS, NAMESPACE, name, status)
+
+
+def set_status(kube: LocalKube, job: str, status: dict[str, Any]) -> None:
+    kube.store.update_status(rtype(kube, "trainjobs"), NAMESPACE, job, status)
+
+
+def finish(kube: LocalKube, job: str, condition_: dict[str, Any], **node_jobs: int) -> None:
+    """The status the Trainer controller copies from a finished JobSet: its condition, the node Job counts."""
+    counts = {"ready": 0, "active": 0, "succeeded": 0, "failed": 0, "suspended": 0, **node_jobs}
+    extra = {"trainerStatus": TRAINER_STATUS} if node_jobs.get("succeeded") else {}
+    set_status(kube, job, {"conditions": [condition_], "jobsStatus": [{"name": "node", **counts}], **extra})
+
+
+TRAINER_STATUS = {"progressPercentage": 100, "metrics": [{"name": "loss", "value": "0.12"}]}
+
+
+def succeed(kube: LocalKube, job: str) -> None:
+    for index in (0, 1):
+        add_pod(kube, job, index, "Succeeded", 0)
+    finish(kube, job, condition("Complete", "AllJobsCompleted", "jobset completed successfully"), succeeded=1)
+
+
+def fail(kube: LocalKube, job: str) -> None:
+    add_pod(kube, job, 0, "Failed", 3)
+    add_pod(kube, job, 1, "Running", None)
+    finish(
+        kube, job, condition("Failed", "FailedJobs", "jobset failed due to reaching max restarts"), failed=1
+    )
+
+
+def run_driven(op: TrainJobOperator, mode: str, drive: Callable[[str], None]) -> Any:
+    """Run ``op`` in ``mode``; ``drive(job_name)`` plays the controllers once the job exists (sync) or the
+    task deferred (deferrable), then the wait goes on as Airflow would run it."""
+    context = make_context()
+    if mode == "sync":
+        op.deferrable = False
+        thread, outcome = in_thread(lambda: op.execute(context))
+        drive(wait_for(lambda: op._job_ref).name)
+        thread.join(60)
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["result"]
+    op.deferrable = True
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    assert op._job_ref is not None
+    drive(op._job_ref.name)
+    event = first_event(deferred.value.trigger)
+    kwargs = {**(deferred.value.kwargs or {}), "event": event}
+    return op.resume_execution(deferred.value.method_name, kwargs, context)
+
+
+MODES = ["sync", "deferrable"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_success_returns_the_result_with_the_trainer_progress(kube, mode):
+    result = run_driven(operator(), mode, lambda job: succeed(kube, job))
+
+    assert (result["kind"], result["state"], result["reason"]) == (
+        "TrainJob",
+        "Succeeded",
+        "AllJobsCompleted",
+    )
+    assert result["progress"] == TRAINER_STATUS
+    assert result["replicas"] == {"node": {"desired": None, "active": 0, "succeeded": 1, "failed": 0}}
+    assert sorted(result["pods"]) == [f"{result['name']}-node-0-{i}-abcde" for i in (0, 1)]
+    sent = kube.store.get(rtype(kube, "trainjobs"), NAMESPACE, result["name"])["spec"]
+    assert sent["runtimeRef"] == {"name": RUNTIME, "apiGroup": GROUP, "kind": "ClusterTrainingRuntime"}
+    assert sent["trainer"] == {"image": "busybox", "command": ["train"], "numNodes": 2}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_failure_names_the_reason_and_the_failing_node_with_its_exit_code(kube, mode):
+    with pytest.raises(TrainingJobError) as failure:
+        run_driven(operator(get_logs=True), mode, lambda job: fail(kube, job))
+
+    message = str(failure.value)
+    assert failure.value.status == "failed"
+    assert "reason FailedJobs" in message and "jobset failed due to reaching max restarts" in message
+    assert "node-0 (pod " in message and "container node): exit code 3" in message
+    assert "| RuntimeError: boom" in message  # node-0's last log lines
+    assert "node-1" not in message  # still running: not a failing replica
+
+
+def test_a_missing_cluster_runtime_fails_before_anything_is_submitted(kube):
+    before = len(kube.requests)
+
+    with pytest.raises(TrainingRuntimeNotFound) as failure:
+        operator(runtime="no-such-runtime").execute(make_context())
+
+    assert str(failure.value).startswith(
+        "the TrainJob's runtime ClusterTrainingRuntime 'no-such-runtime' does not exist in the cluster: "
+        "nothing was submitted"
+    )
+    assert [line for line in sent_since(kube, before) if not line.startswith("GET ")] == []
+
+
+def test_a_namespaced_runtime_is_looked_up_in_the_jobs_namespace(kube):
+    with pytest.raises(
+        TrainingRuntimeNotFound, match="TrainingRuntime 'team-torch' does not exist in namespace"
+    ):
+        operator(runtime="team-torch", runtime_kind="TrainingRuntime").execute(make_context())
+
+    kube.store.create(rtype(kube, "trainingruntimes"), NAMESPACE, runtime("TrainingRuntime", "team-torch"))
+    result = run_driven(
+        operator(runtime="team-torch", runtime_kind="TrainingRuntime"), "sync", lambda job: succeed(kube, job)
+    )
+    assert result["state"] == "Succeeded"
+
+
+def test_a_bad_spec_is_refused_naming_the_field_before_any_request(kube):
+    before = len(kube.requests)
+
+    with pytest.raises(SpecError, match=r"spec\.trainer\.numNodes"):
+        operator(trainer={"numNodes": 0}).execute(make_context())
+
+    assert sent_since(kube, before) == []
+
+
+def test_a_whole_manifest_works_too_and_the_arguments_exclude_each_other(kube):
+    job = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": "from-manifest"},
+        "spec": {"runtimeRef": {"name": RUNTIME}, "trainer": {"numNodes": 1}},
+    }
+    result = run_driven(
+        TrainJobOperator(task_id="train", job=job, check_interval=0.1, get_logs=False),
+        "sync",
+        lambda name: succeed(kube, name),
+    )
+    assert result["name"] == "from-manifest"
+
+    with pytest.raises(ValueError, match="either job or runtime"):
+        TrainJobOperator(task_id="t", job=job, runtime=RUNTIME)
+    with pytest.raises(ValueError, match="runtime is required"):
+        TrainJobOperator(task_id="t")
+    with pytest.raises(ValueError, match="runtime_kind must be one of"):
+        TrainJobOperator(task_id="t", runtime=RUNTIME, runtime_kind="Runtime")
+
+
+def test_suspend_and_resume_go_through_the_generic_operators(kube):
+    job = operator(wait_until=None).execute(make_context())["name"]
+    stored = lambda: kube.store.get(rtype(kube, "trainjobs"), NAMESPACE, job)  # noqa: E731
+
+    TrainingJobSuspendOperator(task_id="s", job_name=job, kind="TrainJob").execute(make_context())
+    assert stored()["spec"]["suspend"] is True
+    set_status(kube, job, {"conditions": [condition("Suspended", "Suspended", "TrainJob is suspended")]})
+
+    resumed = TrainingJobResumeOperator(task_id="r", job_name=job, kind="TrainJob").execute(make_context())
+    assert stored()["spec"]["suspend"] is False
+    assert resumed["state"] == "Suspended"  # until the controller writes Resumed, as it would
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sensor_returns_the_finished_jobs_result(kube, mode):
+    job = operator(wait_until=None).execute(make_context())["name"]
+    succeed(kube, job)
+    sensor = TrainJobSensor(task_id="wait", job_name=job, poke_interval=0.1, timeout=30)
+    sensor.deferrable = mode == "deferrable"
+
+    result = sensor.execute(make_context())
+
+    assert (result["state"], result["progress"]) == ("Succeeded", TRAINER_STATUS)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_deleted_while_waiting_says_so(kube, mode):
+    def delete(job: str) -> None:
+        kube.store.delete(rtype(kube, "trainjobs"), NAMESPACE, job)
+
+    with pytest.raises(TrainingJobError) as failure:
+        run_driven(operator(), mode, delete)
+
+    assert failure.value.status == "deleted"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_status_past_the_grace_period_names_the_jobset_creation(kube, monkeypatch, mode):
+    """kubeflow/trainer#2351: a TrainJob whose JobSet could not be created gets no condition at all."""
+    monkeypatch.setenv("AIRFLOW__TRAINING__STATUS_GRACE_PERIOD", "1")
+
+    with pytest.raises(TrainingJobError) as failure:
+        run_driven(operator(), mode, lambda job: None)
+
+    assert failure.value.status == "error"
+    assert failure.value.event["job_status"]["reason"] == "OperatorNotRunning"
+    assert "could not create the TrainJob's JobSet" in str(failure.value)
