@@ -63,6 +63,9 @@ class KubeApiError(Exception):
         self.headers = CIMultiDictProxy(CIMultiDict(headers or {}))
         # What was asked, e.g. "list pods in namespace default" (set by the transport).
         self.request: ApiRequest | None = None
+        # For a resource the server does not serve in the asked version: the versions it serves it in, read
+        # from discovery (set by the hook); empty when it serves it in none.
+        self.served_in: list[str] = []
 
     @classmethod
     def from_response(cls, status: int, raw: bytes, headers: Mapping[str, str]) -> KubeApiError:
@@ -118,10 +121,32 @@ class KubeApiError(Exception):
         if self.reason:
             text += f" {self.reason}"
         text = f"{text}: {self.message}" if self.message else text
-        return f"{text}{CRD_HINT}" if self.resource_not_served else text
+        if not self.resource_not_served:
+            return text
+        return f"{text}{served_elsewhere(self.request, self.served_in) if self.served_in else CRD_HINT}"
 
 
 CRD_HINT = " (is the resource's CustomResourceDefinition installed?)"
+
+
+def group_version_plural(request: ApiRequest | None) -> tuple[str, str, str] | None:
+    """``(group, version, plural)`` of a request to a named group's resource (``/apis/...``), or ``None``."""
+    parts = [p for p in (request.path if request else "").split("/") if p]
+    if parts[:1] != ["apis"] or len(parts) < 4:
+        return None
+    rest = parts[5:] if parts[3] == "namespaces" else parts[3:]
+    return (parts[1], parts[2], rest[0]) if rest else None
+
+
+def served_elsewhere(request: ApiRequest | None, versions: list[str]) -> str:
+    """`` (this cluster serves mpijobs.kubeflow.org in v2beta1, not in v1: ...)``: a CRD that another
+    release of an API defines under the same name, so that a cluster serves only one of them."""
+    group, version, plural = group_version_plural(request) or ("", "", "")
+    return (
+        f" (this cluster serves {plural}.{group} in {', '.join(versions)}, not in {version}: the installed "
+        f"CustomResourceDefinition is another release's; use apiVersion {group}/{versions[0]} or install the "
+        f"one that serves {version})"
+    )
 
 
 class JobExistsError(Exception):

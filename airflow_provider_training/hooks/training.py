@@ -32,7 +32,7 @@ from airflow_provider_training.hooks.connection import (
     load_connection_extras_sync,
     shared_configuration,
 )
-from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
+from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError, group_version_plural
 from airflow_provider_training.hooks.loop_thread import LoopThread
 from airflow_provider_training.hooks.parameters import HookParameters
 from airflow_provider_training.hooks.retry import RetryPolicy
@@ -137,11 +137,39 @@ class AsyncTrainingJobHook(HookParameters):
     ) -> dict[str, Any]:
         transport = await self.transport()
         params = encode_query(query or {})
-        return await self.retry.call(
-            lambda _attempt: transport.request(
-                method, path, query=params, body=body, content_type=content_type
+        async with self._naming_served_versions():
+            return await self.retry.call(
+                lambda _attempt: transport.request(
+                    method, path, query=params, body=body, content_type=content_type
+                )
             )
-        )
+
+    @contextlib.asynccontextmanager
+    async def _naming_served_versions(self) -> AsyncIterator[None]:
+        """A 404 for a resource the server does not serve in the asked version learns, from discovery, the
+        versions it does serve it in (a CRD name two API releases share: a cluster serves one of them)."""
+        try:
+            yield
+        except KubeApiError as err:
+            if err.resource_not_served and (asked := group_version_plural(err.request)) is not None:
+                err.served_in = await self._served_versions(*asked)
+            raise
+
+    async def _served_versions(self, group: str, asked: str, plural: str) -> list[str]:
+        """The versions of ``group`` but ``asked`` that serve ``plural`` (best effort: none on an error)."""
+        transport = await self.transport()
+        try:
+            api_group = await transport.request("GET", f"/apis/{group}")
+            found = []
+            for entry in api_group.get("versions") or []:
+                version = str(entry.get("version") or "")
+                if version and version != asked:
+                    listed = await transport.request("GET", f"/apis/{group}/{version}")
+                    if any(r.get("name") == plural for r in listed.get("resources") or []):
+                        found.append(version)
+            return found
+        except Exception:  # discovery is only for a better message: the 404 is what is raised
+            return []
 
     # -- any resource ----------------------------------------------------------------------------------------
 
@@ -246,9 +274,10 @@ class AsyncTrainingJobHook(HookParameters):
                     return existing  # our earlier attempt went through; its answer was lost
                 raise JobExistsError(kind.kind, namespace, name, existing) from err
 
-        if not name:  # generateName: a retry could create a second job
-            return await attempt(1)
-        return await self.retry.call(attempt)
+        async with self._naming_served_versions():
+            if not name:  # generateName: a retry could create a second job
+                return await attempt(1)
+            return await self.retry.call(attempt)
 
     async def get_job(self, kind: JobKind, name: str, namespace: str) -> dict[str, Any] | None:
         return await self.get_object(kind.resource, name, namespace)

@@ -118,8 +118,10 @@ async def server(tmp_path: Path) -> AsyncIterator[TlsServer]:
         if state.accepted_tokens and bearer not in state.accepted_tokens:
             status = {"kind": "Status", "code": 401, "reason": "Unauthorized", "message": "Unauthorized"}
             return web.json_response(status, status=401)
+        # As kube-apiserver answers for a missing object of a served resource: the Status names it.
+        name = request.path.rsplit("/", 1)[-1]
         status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not found"}
-        return web.json_response(status, status=404)
+        return web.json_response({**status, "details": {"name": name}}, status=404)
 
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", handle)

@@ -17,7 +17,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from localkube.realcluster import RealCluster
 
-from airflow_provider_training.operators import PyTorchJobOperator, TFJobOperator
+from airflow_provider_training.operators import MXJobOperator, PyTorchJobOperator, TFJobOperator
 from tests.fixtures import CRDS
 from tests.operators.harness import KIND_BY_NAME, first_event, in_thread, make_context, manifest
 from tests.real.conftest import launch
@@ -163,6 +163,19 @@ def test_a_kind_without_its_crd_names_the_missing_crd(bare_cluster, bare_conn):
     error = submit_without_crd("real-no-crd-hint")
 
     assert "CustomResourceDefinition installed?" in str(error), error
+
+
+def test_a_kind_served_in_another_version_names_the_version_served(legacy_admin_conn):
+    """``mxjobs.kubeflow.org`` is the Kubeflow v1 MXJob's CRD name and the legacy MXNet operator's, which the
+    families' cluster serves in v1alpha1: a v1 MXJob submitted there says so, instead of the CRD hint."""
+    job = manifest(KIND_BY_NAME["MXJob"], {"default": {"duration": 0.1}}, name="real-v1-mxjob")
+    with pytest.raises(Exception) as failure:
+        MXJobOperator(task_id="train", job=job, check_interval=0.2).execute(make_context())
+
+    error = str(failure.value)
+    assert "mxjobs.kubeflow.org" in error and ": 404" in error, error
+    assert "this cluster serves mxjobs.kubeflow.org in v1alpha1, not in v1" in error, error
+    assert "CustomResourceDefinition installed?" not in error, error
 
 
 def json_names(cluster: RealCluster) -> set[str]:
