@@ -20,9 +20,10 @@ from test_controller_support import SCRIPT, KubeClient
 
 
 @contextmanager
-def running(tmp_path: Path, *controllers: Any) -> Iterator[KubeClient]:
-    """A scripted-runtime localkube with exactly `controllers`, and the real client against it."""
-    cluster = LocalKube(controllers=list(controllers))
+def running(tmp_path: Path, *controllers: Any, crd_dir: Path | None = None) -> Iterator[KubeClient]:
+    """A scripted-runtime localkube with exactly `controllers` (and the CRDs of `crd_dir`), and the real
+    client against it."""
+    cluster = LocalKube(controllers=list(controllers), crd_dir=crd_dir)
     with cluster:
         cluster.write_kubeconfig(tmp_path / "kubeconfig")
         kube = KubeClient(cluster)
@@ -187,6 +188,23 @@ def test_job_fails_past_its_active_deadline(kube: KubeClient) -> None:
     assert job_condition(job) == ("Failed", "DeadlineExceeded")
     assert job.status.conditions[0].message == "Job was active longer than specified deadline"
     kube.wait_until(lambda: not job_pods(kube, "slow"), "the active pod to be deleted")
+
+
+def test_a_suspended_job_has_no_pods_until_resumed(kube: KubeClient) -> None:
+    create_job(kube, "pause", pod_template({"default": {"duration": None}}))
+    kube.wait_until(lambda: len(job_pods(kube, "pause")) == 1, "the job's pod")
+
+    batch(kube).patch_namespaced_job("pause", "default", {"spec": {"suspend": True}})
+    suspended = wait_job(kube, "pause", lambda j: job_condition(j) == ("Suspended", "JobSuspended"))
+    kube.wait_until(lambda: not job_pods(kube, "pause"), "the pod deleted")
+    batch(kube).patch_namespaced_job("pause", "default", {"spec": {"suspend": False}})
+    resumed = wait_job(kube, "pause", lambda j: bool(j.status.active))
+
+    assert not suspended.status.active and suspended.status.start_time is None
+    assert [(c.type, c.status, c.reason) for c in resumed.status.conditions] == [
+        ("Suspended", "False", "JobResumed")
+    ]
+    assert len(job_pods(kube, "pause")) == 1
 
 
 def test_job_follows_a_parallelism_change(kube: KubeClient) -> None:

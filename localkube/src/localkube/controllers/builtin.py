@@ -11,7 +11,7 @@ pod runtime, the kubelet's part, runs them) and write the owner's `.status`:
   container restarts under `restartPolicy: OnFailure`); `activeDeadlineSeconds`; status `active`/`ready`/
   `succeeded`/`failed`/`startTime`/`completionTime` and a `Complete` or `Failed` condition (reasons
   `CompletionsReached`, `BackoffLimitExceeded`, `DeadlineExceeded`). A changed `parallelism` is followed
-  at once.
+  at once; `spec.suspend` deletes the active pods (`Suspended`, `JobSuspended`; `JobResumed` after).
 - **ReplicaSet**: `replicas` pods named `<rs>-<5 random>` with the template's labels and an ownerReference;
   status `replicas`, `fullyLabeledReplicas`, `readyReplicas`, `availableReplicas`, `observedGeneration`.
 
@@ -99,6 +99,8 @@ class BatchJobController(WorkloadController):
         spec, status = job.get("spec") or {}, copy.deepcopy(job.get("status") or {})
         if finished_condition(status):
             return None
+        if self._suspension(job, spec, status, pods):
+            return None
         status.setdefault("startTime", now_rfc3339())
         completions = spec.get("completions")
         if completions is None and spec.get("parallelism") is None:
@@ -133,6 +135,26 @@ class BatchJobController(WorkloadController):
         if deadline is None or finished_condition(status):
             return None
         return max(float(deadline) - seconds_since(status["startTime"]), 0.0) + 0.01
+
+    def _suspension(self, job: dict, spec: dict, status: dict, pods: list[dict]) -> bool:
+        """`spec.suspend`: delete the active pods, `Suspended=True` (`JobSuspended`), no start time; resuming
+        turns the condition False (`JobResumed`). Whether the Job is suspended (nothing else to do)."""
+        suspended = next((c for c in status.get("conditions") or [] if c.get("type") == "Suspended"), None)
+        if not spec.get("suspend"):
+            if suspended is not None and suspended.get("status") == "True":
+                suspended.update(status="False", reason="JobResumed", message="Job resumed")
+                suspended["lastTransitionTime"] = now_rfc3339()
+            return False
+        for pod in pods:
+            if is_active(pod):
+                delete_quietly(self.store, PODS, pod)
+        status.update(active=0, ready=0)
+        status.pop("startTime", None)
+        if suspended is None or suspended.get("status") != "True":
+            status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Suspended"]
+            add_condition(status, "Suspended", "JobSuspended", "Job suspended")
+        self.write_status(job, _without_zero_counters(status))
+        return True
 
     @staticmethod
     def _failure(spec: dict, status: dict, active: list[dict], failed: int) -> tuple[str, str] | None:
