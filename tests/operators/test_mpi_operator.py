@@ -17,6 +17,7 @@ from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from localkube.resources import PODS
 
+from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.operators import (
     MPIJobV2Beta1Operator,
     TrainingJobResumeOperator,
@@ -25,7 +26,7 @@ from airflow_provider_training.operators import (
 from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.sensors import MPIJobV2Beta1Sensor
 from tests.fixtures import CRDS
-from tests.operators.harness import NAMESPACE, make_context, run_driven
+from tests.operators.harness import NAMESPACE, make_context, run_driven, sent_since
 
 pytestmark = pytest.mark.timeout(60)
 API = "kubeflow.org/v2beta1"
@@ -216,3 +217,20 @@ def test_no_status_past_the_grace_period_names_the_mpi_operator(kube, monkeypatc
 
     assert failure.value.event["job_status"]["reason"] == "OperatorNotRunning"
     assert "mpi-operator deployment" in str(failure.value)
+
+
+def test_a_cluster_that_serves_the_v1_mpijob_is_named_before_anything_is_created(
+    tmp_path_factory, monkeypatch
+):
+    """One CRD name, two releases: localkube's own kubeflow.org types serve mpijobs in v1 only."""
+    with LocalKube(runtime="none", controllers=[]) as v1_cluster:
+        path = v1_cluster.write_kubeconfig(tmp_path_factory.mktemp("v1") / "kubeconfig")
+        monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(path))
+
+        with pytest.raises(KubeApiError) as failure:
+            operator(deferrable=False).execute(make_context())
+        sent = sent_since(v1_cluster, 0)
+
+    assert failure.value.served_in == ["v1"]
+    assert "this cluster serves mpijobs.kubeflow.org in v1, not in v2beta1" in str(failure.value)
+    assert not [line for line in sent if line.startswith("POST ")]
