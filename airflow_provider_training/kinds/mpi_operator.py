@@ -21,17 +21,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from airflow_provider_training.kinds.base import (
-    JobKind,
-    RawObject,
-    ReplicaPod,
-    ResourceRef,
-)
-from airflow_provider_training.kinds.common import (
-    label_selector,
-    parse_index,
-    pod_labels,
-)
+from airflow_provider_training.kinds.base import JobKind, RawObject, ReplicaPod, ResourceRef
+from airflow_provider_training.kinds.common import label_selector, parse_index, pod_labels
 from airflow_provider_training.kinds.kubeflow import (
     GROUP,
     JOB_NAME_LABEL,
