@@ -9,10 +9,12 @@ operator submitted: no step bets on timing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from localkube.resources import PODS
@@ -26,7 +28,7 @@ from airflow_provider_training.operators import (
 from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.sensors import MPIJobV2Beta1Sensor
 from tests.fixtures import CRDS
-from tests.operators.harness import NAMESPACE, make_context, run_driven, sent_since
+from tests.operators.harness import NAMESPACE, make_context, run_driven, sent_since, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 API = "kubeflow.org/v2beta1"
@@ -44,6 +46,10 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
 
 def mpi_jobs(kube: LocalKube) -> Any:
     return kube.store.resource_type("kubeflow.org", "v2beta1", "mpijobs")
+
+
+def stored_names(kube: LocalKube) -> set[str]:
+    return {job["metadata"]["name"] for job in kube.store.list(mpi_jobs(kube), NAMESPACE)}
 
 
 def operator(**options: Any) -> MPIJobV2Beta1Operator:
@@ -234,3 +240,24 @@ def test_a_cluster_that_serves_the_v1_mpijob_is_named_before_anything_is_created
     assert failure.value.served_in == ["v1"]
     assert "this cluster serves mpijobs.kubeflow.org in v1, not in v2beta1" in str(failure.value)
     assert not [line for line in sent if line.startswith("POST ")]
+
+
+def test_on_kill_in_sync_mode_deletes_the_job(kube):
+    op = operator()
+
+    with pytest.raises(TrainingJobError) as failure:
+        run_driven(op, "sync", lambda job: op.on_kill())
+
+    assert failure.value.status == "deleted"
+    assert op._job_ref is not None
+    assert op._job_ref.name not in stored_names(kube)
+
+
+def test_on_kill_in_deferrable_mode_is_the_triggers(kube):
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(deferrable=True).execute(make_context())
+    name = deferred.value.trigger.job_name
+
+    asyncio.run(deferred.value.trigger.on_kill())
+
+    wait_for(lambda: name not in stored_names(kube))
