@@ -18,8 +18,8 @@ PROVIDER_INFO: dict[str, Any] = {
     "package-name": "airflow-provider-training",
     "name": "Distributed Training",
     "description": "Operators, sensors and triggers for distributed training jobs on Kubernetes "
-    "(Kubeflow Training Operator, Kubeflow Trainer v2, PaddlePaddle EDL, legacy MXNet, TensorStack "
-    "T9k).",
+    "(Kubeflow Training Operator, Kubeflow Trainer v2, the MPI Operator, PaddlePaddle EDL, legacy MXNet, "
+    "TensorStack T9k).",
     "versions": ["0.1.0"],
     "integrations": [
         {
@@ -38,6 +38,7 @@ PROVIDER_INFO: dict[str, Any] = {
                 "airflow_provider_training.operators.mxnet_legacy",
                 "airflow_provider_training.operators.tensorstack",
                 "airflow_provider_training.operators.trainer",
+                "airflow_provider_training.operators.mpi_operator",
                 "airflow_provider_training.operators.control",
             ],
         }
@@ -52,6 +53,7 @@ PROVIDER_INFO: dict[str, Any] = {
                 "airflow_provider_training.sensors.mxnet_legacy",
                 "airflow_provider_training.sensors.tensorstack",
                 "airflow_provider_training.sensors.trainer",
+                "airflow_provider_training.sensors.mpi_operator",
             ],
         }
     ],
@@ -69,9 +71,9 @@ PROVIDER_INFO: dict[str, Any] = {
                 "job_url_template": {
                     "description": "URL of a job's page for the 'Training Job' link, with the fields "
                     "{namespace}, {name}, {kind}, {plural} and {uid}: one template for every kind, or a "
-                    "JSON object of templates by kind, family (kubeflow, mxnet-legacy, paddle-edl, "
-                    "tensorstack, trainer) and 'default'. The connection extra training_job_url_template is "
-                    "asked first. Empty: no link.",
+                    "JSON object of templates by kind, family (kubeflow, mpi-operator, mxnet-legacy, "
+                    "paddle-edl, tensorstack, trainer) and 'default'. The connection extra "
+                    "training_job_url_template is asked first. Empty: no link.",
                     "version_added": "0.1.0",
                     "type": "string",
                     "example": "https://kubeflow.example.com/_/training/#/{namespace}/{plural}/{name}",

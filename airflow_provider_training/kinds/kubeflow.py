@@ -171,12 +171,27 @@ def read_status(
     layout = LAYOUT_BY_KIND.get(str(job.get("kind")))
     if layout is None:
         raise ValueError(f"not a kubeflow.org/v1 job kind: {job.get('kind')!r}")
+    return layout_status(layout, no_status_causes(layout), job, now=now, grace_seconds=grace_seconds)
+
+
+def layout_status(
+    layout: Layout,
+    causes: str,
+    job: RawObject,
+    children: ChildObjects | None = None,
+    *,
+    now: datetime | None = None,
+    grace_seconds: float = STATUS_GRACE_SECONDS,
+) -> JobStatus:
+    """:func:`read_status` of a job laid out as ``layout`` (also the MPI Operator's ``v2beta1`` MPIJob, whose
+    status has the same shape); ``causes`` says why its status may stay empty. ``children`` are unused (the
+    status is the object's own), taken to fit :class:`~airflow_provider_training.kinds.base.StatusReader`."""
     status: Mapping[str, Any] = job.get("status") or {}
     replicas = replica_counts(desired_replicas(job, layout), status.get("replicaStatuses"))
     conditions = status.get("conditions") or []
     if not conditions:
         return pending_without_status(
-            job, causes=no_status_causes(layout), replicas=replicas, now=now, grace_seconds=grace_seconds
+            job, causes=causes, replicas=replicas, now=now, grace_seconds=grace_seconds
         )
     states = dict(CONDITION_STATES)
     deciding = first_true_condition(conditions, states)

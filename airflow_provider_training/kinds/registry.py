@@ -20,6 +20,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "airflow_provider_training.kinds.paddle_edl",
     "airflow_provider_training.kinds.tensorstack",
     "airflow_provider_training.kinds.trainer",
+    "airflow_provider_training.kinds.mpi_operator",
 )
 
 

@@ -12,6 +12,7 @@ from airflow_provider_training.operators.kubeflow import (
     TFJobOperator,
     XGBoostJobOperator,
 )
+from airflow_provider_training.operators.mpi_operator import MPIJobV2Beta1Operator
 from airflow_provider_training.operators.mxnet_legacy import MlkubeMxJobOperator, MXJobV1Alpha1Operator
 from airflow_provider_training.operators.paddle_edl import PaddleEDLTrainingJobOperator
 from airflow_provider_training.operators.tensorstack import (
@@ -28,6 +29,7 @@ from airflow_provider_training.operators.training import TrainingJobOperator
 __all__ = [
     "JAXJobOperator",
     "MPIJobOperator",
+    "MPIJobV2Beta1Operator",
     "MXJobOperator",
     "MXJobV1Alpha1Operator",
     "MlkubeMxJobOperator",

@@ -11,6 +11,7 @@ from airflow_provider_training.sensors.kubeflow import (
     TFJobSensor,
     XGBoostJobSensor,
 )
+from airflow_provider_training.sensors.mpi_operator import MPIJobV2Beta1Sensor
 from airflow_provider_training.sensors.mxnet_legacy import MlkubeMxJobSensor, MXJobV1Alpha1Sensor
 from airflow_provider_training.sensors.paddle_edl import PaddleEDLTrainingJobSensor
 from airflow_provider_training.sensors.tensorstack import (
@@ -25,6 +26,7 @@ from airflow_provider_training.sensors.training import TrainingJobSensor
 __all__ = [
     "JAXJobSensor",
     "MPIJobSensor",
+    "MPIJobV2Beta1Sensor",
     "MXJobSensor",
     "MXJobV1Alpha1Sensor",
     "MlkubeMxJobSensor",

@@ -26,6 +26,7 @@ SPEC_MODULES: tuple[str, ...] = (
     "airflow_provider_training.specs.paddle_edl",
     "airflow_provider_training.specs.tensorstack",
     "airflow_provider_training.specs.trainer",
+    "airflow_provider_training.specs.mpi_operator",
 )
 """Modules exporting ``MODELS: tuple[type[JobModel], ...]``; adding a family's specs is one line here."""
 

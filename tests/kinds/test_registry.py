@@ -52,9 +52,9 @@ def test_unknown_kind_lists_the_known_ones_and_hints_at_casing():
 
 
 def test_unknown_api_version_lists_the_known_versions():
-    with pytest.raises(ValueError, match=r"MPIJob is not known in apiVersion 'kubeflow.org/v2beta1'") as info:
-        get_kind("MPIJob", "kubeflow.org/v2beta1")
-    assert "kubeflow.org/v1" in str(info.value)
+    with pytest.raises(ValueError, match=r"MPIJob is not known in apiVersion 'kubeflow.org/v3'") as info:
+        get_kind("MPIJob", "kubeflow.org/v3")
+    assert "kubeflow.org/v1, batch.tensorstack.dev/v1beta1, kubeflow.org/v2beta1" in str(info.value)
 
 
 def test_importing_kinds_loads_no_client_and_no_pydantic():

@@ -278,3 +278,28 @@ def run_operator(op: Any, context: dict[str, Any], mode: str, *, gate: str | Non
 
 
 MODES = ["sync", "deferrable"]
+
+
+def run_driven(op: Any, mode: str, drive: Callable[[str], None]) -> Any:
+    """Run ``op`` in ``mode``; ``drive(job_name)`` plays the controllers (of kinds localkube does not run)
+    once the job exists (sync) or the task deferred (deferrable), then the wait goes on as Airflow would run
+    it."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    context = make_context()
+    if mode == "sync":
+        op.deferrable = False
+        thread, outcome = in_thread(lambda: op.execute(context))
+        drive(wait_for(lambda: op._job_ref).name)
+        thread.join(60)
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["result"]
+    op.deferrable = True
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    assert op._job_ref is not None
+    drive(op._job_ref.name)
+    event = first_event(deferred.value.trigger)
+    kwargs = {**(deferred.value.kwargs or {}), "event": event}
+    return op.resume_execution(deferred.value.method_name, kwargs, context)

@@ -8,11 +8,10 @@ them only after the task deferred, sync runs once the operator submitted: no ste
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
 from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from localkube.resources import PODS
@@ -28,7 +27,7 @@ from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.sensors import TrainJobSensor
 from airflow_provider_training.specs import SpecError
 from tests.fixtures import CRDS
-from tests.operators.harness import NAMESPACE, first_event, in_thread, make_context, sent_since, wait_for
+from tests.operators.harness import NAMESPACE, make_context, run_driven, sent_since
 
 pytestmark = pytest.mark.timeout(60)
 TRAIN_JOB = get_kind("TrainJob", "trainer.kubeflow.org/v1alpha1")
@@ -134,28 +133,6 @@ def fail(kube: LocalKube, job: str) -> None:
     finish(
         kube, job, condition("Failed", "FailedJobs", "jobset failed due to reaching max restarts"), failed=1
     )
-
-
-def run_driven(op: TrainJobOperator, mode: str, drive: Callable[[str], None]) -> Any:
-    """Run ``op`` in ``mode``; ``drive(job_name)`` plays the controllers once the job exists (sync) or the
-    task deferred (deferrable), then the wait goes on as Airflow would run it."""
-    context = make_context()
-    if mode == "sync":
-        op.deferrable = False
-        thread, outcome = in_thread(lambda: op.execute(context))
-        drive(wait_for(lambda: op._job_ref).name)
-        thread.join(60)
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["result"]
-    op.deferrable = True
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(context)
-    assert op._job_ref is not None
-    drive(op._job_ref.name)
-    event = first_event(deferred.value.trigger)
-    kwargs = {**(deferred.value.kwargs or {}), "event": event}
-    return op.resume_execution(deferred.value.method_name, kwargs, context)
 
 
 MODES = ["sync", "deferrable"]
