@@ -2,8 +2,9 @@
 :class:`FamilyCase` per kind, with a manifest whose pods follow a scripted timeline, the replica that decides
 the outcome, and helpers that read the localkube store directly (replica pods, leftover children).
 
-localkube's default controllers emulate every kind here: EDL, both legacy MXNet operators and every T9k kind
-(TensorFlow/PyTorch/XGBoost training jobs, GenericJob, DeepSpeedJob, ColossalAIJob and MPIJob).
+localkube's default controllers emulate every kind here: EDL, both legacy MXNet operators, the MPI Operator's
+v2beta1 MPIJob and every T9k kind (TensorFlow/PyTorch/XGBoost training jobs, GenericJob, DeepSpeedJob,
+ColossalAIJob and MPIJob).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from localkube.runtime import ANNOTATION
 
 from airflow_provider_training import operators, sensors
 from airflow_provider_training.kinds import JobKind, get_kind
+from tests.fixtures import CRDS
 from tests.operators.harness import KINDS, NAMESPACE, KindCase, manifest, serve
 
 T9K = "batch.tensorstack.dev/v1beta1"
@@ -155,6 +157,15 @@ def t9k_generic(kind: str, replicas: Mapping[str, int]) -> Callable[[], dict[str
     return build
 
 
+def mpi_operator() -> dict[str, Any]:
+    """The standalone MPI Operator's MPIJob (its CRD is loaded into the family cluster)."""
+    replicas = {
+        "Launcher": {"replicas": 1, "template": _template("mpi-launcher")},
+        "Worker": {"replicas": 1, "template": _template("mpi-worker")},
+    }
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "spec": {"mpiReplicaSpecs": replicas}}
+
+
 def deepspeed() -> dict[str, Any]:
     worker = {"replicas": 2, "restartPolicy": "Never", "template": _template("worker")}
     return {"apiVersion": T9K, "kind": "DeepSpeedJob", "spec": {"worker": worker}}
@@ -234,6 +245,17 @@ CASES = [
     ),
 ]
 T9K_CASES = [case for case in CASES if case.t9k]
+# The MPI Operator's v2beta1 MPIJob, whose launcher is a batch Job's pod without an index: localkube only for
+# now (the real tier's families cluster does not serve its CRD).
+MPI_OPERATOR_CASE = FamilyCase(
+    "MPIJob-v2beta1",
+    operators.MPIJobV2Beta1Operator,
+    sensors.MPIJobV2Beta1Sensor,
+    mpi_operator,
+    "launcher",
+    "launcher",
+)
+LOCAL_CASES = [*CASES, MPI_OPERATOR_CASE]
 
 
 def _kubeflow(case: KindCase) -> FamilyCase:
@@ -256,8 +278,9 @@ KUBEFLOW_CASES = [_kubeflow(case) for case in KINDS]
 
 @pytest.fixture(scope="module")
 def family_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
-    """A localkube with the default controllers, for one test module."""
-    with serve(tmp_path_factory) as kube:
+    """A localkube with the default controllers, for one test module; it also serves the MPI Operator's
+    v2beta1 MPIJob (its CRD: a real cluster serves one of the two mpijobs.kubeflow.org)."""
+    with serve(tmp_path_factory, crd_dir=CRDS / "kubeflow.org-v2beta1") as kube:
         yield kube
 
 

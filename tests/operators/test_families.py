@@ -1,5 +1,6 @@
-"""Issue 4 acceptance: every kind of the PaddlePaddle EDL, legacy MXNet and T9k APIs through its thin
-operator, in sync and deferrable mode, against localkube over HTTP. One parametrized table per scenario:
+"""Issue 4 acceptance: every kind of the PaddlePaddle EDL, legacy MXNet and T9k APIs (and issue 13's MPI
+Operator v2beta1 MPIJob) through its thin operator, in sync and deferrable mode, against localkube over HTTP.
+One parametrized table per scenario:
 success; failure naming the deciding replica and its exit code; deleted while waiting; reattach on retry;
 cleanup that leaves no child behind. Plus what only one family does: EDL's status from its children alone,
 T9k's Completed=True on failure and its debug mode.
@@ -16,7 +17,7 @@ from airflow_provider_training import naming
 from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.specs import SpecError
 from tests.operators.families import (
-    CASES,
+    LOCAL_CASES,
     T9K_CASES,
     family_cluster,
     job_or_none,
@@ -56,7 +57,7 @@ def owned(kube, case, context):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=str)
 def test_success(family_cluster, case, mode, capsys):
     # The replicas end once their logs were followed live: some APIs delete the pods as soon as the job ends.
     gate = f"success-{case}-{mode}"
@@ -78,7 +79,7 @@ def test_success(family_cluster, case, mode, capsys):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=str)
 def test_failure_names_the_deciding_replica_and_its_exit_code(family_cluster, case, mode, capsys):
     # The deciding replica exits once its last line was streamed: some APIs delete the pods at once.
     gate = f"failure-{case}-{mode}"
@@ -110,7 +111,7 @@ def test_t9k_failure_carries_completed_and_failed_and_is_a_failure(family_cluste
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=str)
 def test_deleted_while_waiting_is_a_clear_failure(family_cluster, case, mode):
     op = case.make_operator(FOREVER)
     before, since = names(family_cluster, case), len(family_cluster.requests)
@@ -142,7 +143,7 @@ class _WorkerLost(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=str)
 def test_worker_dying_before_defer_is_reattached_then_killed_without_leftovers(family_cluster, case):
     def defer(self, **kwargs):
         raise _WorkerLost("worker lost")
@@ -167,7 +168,7 @@ def test_worker_dying_before_defer_is_reattached_then_killed_without_leftovers(f
     assert leftovers(family_cluster, case, created[0]) == []
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=str)
 def test_on_finish_action_delete_leaves_no_child(family_cluster, case):
     gate = f"finish-delete-{case}"
     op = case.make_operator(failing(case, gate), on_finish_action="delete")
@@ -180,7 +181,7 @@ def test_on_finish_action_delete_leaves_no_child(family_cluster, case):
     assert leftovers(family_cluster, case, name) == []
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=str)
 def test_on_kill_in_sync_mode_leaves_no_child(family_cluster, case):
     op = case.make_operator(FOREVER)
     worker, outcome = in_thread(lambda: run_operator(op, make_context(), "sync"))
@@ -199,7 +200,7 @@ def test_on_kill_in_sync_mode_leaves_no_child(family_cluster, case):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_edl_status_comes_from_its_children_alone(family_cluster, mode, capsys):
-    case = next(c for c in CASES if c.decider == "trainer")
+    case = next(c for c in LOCAL_CASES if c.decider == "trainer")
     gate = f"edl-trainer-{mode}"
     script = {"default": {"duration": None}, "trainer": {"duration": 0, "gate": gate}}
     op = case.make_operator(script)
