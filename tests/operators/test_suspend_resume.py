@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from localkube.gates import open_gate
 
 from airflow_provider_training.operators import (
     T9kPauseJobOperator,
@@ -13,7 +14,15 @@ from airflow_provider_training.operators import (
     TrainingJobResumeOperator,
     TrainingJobSuspendOperator,
 )
-from tests.operators.families import CASES, family_cluster, job_or_none, kill, replica_pods, running
+from tests.operators.families import (
+    CASES,
+    MPI_OPERATOR_CASE,
+    family_cluster,
+    job_or_none,
+    kill,
+    replica_pods,
+    running,
+)
 from tests.operators.harness import (
     KIND_BY_NAME,
     MODES,
@@ -90,6 +99,34 @@ def test_kubeflow_job_suspended_and_resumed(family_cluster):
     assert suspended["kind"] == "PyTorchJob" and suspended["name"] == "to-suspend"
     assert family_cluster.store.get(rt, NAMESPACE, "to-suspend")["spec"]["runPolicy"]["suspend"] is False
     family_cluster.store.delete(rt, NAMESPACE, "to-suspend")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mpi_operator_job_suspended_and_resumed_while_an_operator_waits(family_cluster, mode, capsys):
+    """The v2beta1 MPIJob on localkube's MPI Operator: suspending deletes the workers and the launcher's pod,
+    resuming runs them again, and the waiting operator sees the job through to success."""
+    case = MPI_OPERATOR_CASE
+    gate = f"mpi-v2beta1-resumed-{mode}"
+    script = {"default": {"duration": None}, "launcher": {"duration": 0, "gate": gate}}
+    op = case.make_operator(script)
+    worker, outcome = in_thread(lambda: run_operator(op, make_context(), mode))
+    name = wait_for(
+        lambda: op._job_ref and running(family_cluster, case, op._job_ref.name) and op._job_ref.name
+    )
+    control = {"job_name": name, "kind": "MPIJob", "api_version": "kubeflow.org/v2beta1"}
+
+    TrainingJobSuspendOperator(task_id="suspend", **control).execute(make_context())
+    wait_for(lambda: not replica_pods(family_cluster, case, name))
+    TrainingJobResumeOperator(task_id="resume", **control).execute(make_context())
+    wait_for(lambda: running(family_cluster, case, name))
+    open_gate(gate)
+    worker.join()
+
+    assert outcome.get("result", {}).get("state") == "Succeeded", outcome
+    conditions = job_or_none(family_cluster, case, name)["status"]["conditions"]
+    suspended = next(c for c in conditions if c["type"] == "Suspended")
+    assert (suspended["status"], suspended["reason"]) == ("False", "MPIJobResumed")
+    assert f"MPIJob default/{name} is Suspended" in capsys.readouterr().out  # the waiter saw it
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.t9k], ids=str)
