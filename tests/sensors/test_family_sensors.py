@@ -1,5 +1,6 @@
-"""The EDL, legacy MXNet and T9k sensors against localkube, in poke and deferrable mode: each waits for an
-existing job's success and fails, naming the deciding replica's exit code, when the job fails."""
+"""The EDL, legacy MXNet, T9k and MPI Operator v2beta1 sensors against localkube, in poke and deferrable
+mode: each waits for an existing job's success and fails, naming the deciding replica's exit code, when the
+job fails."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import pytest
 
 from airflow_provider_training.results import TrainingJobSensorError
-from tests.operators.families import CASES, family_cluster, kill
+from tests.operators.families import LOCAL_CASES, family_cluster, kill
 from tests.operators.harness import MODES, NAMESPACE, make_context, run_operator
 
 __all__ = ["family_cluster"]
@@ -24,7 +25,7 @@ def create(kube, case, name, script, **spec):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=str)
 def test_waits_for_success(family_cluster, case, mode):
     name = f"ok-{case.id.lower()}-{mode[:4]}"
     script = {"default": {"duration": 0, "gate": name}}  # the job ends once the sensor deferred
@@ -39,7 +40,7 @@ def test_waits_for_success(family_cluster, case, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=str)
 def test_failure_names_the_deciding_replica(family_cluster, case, mode):
     name = f"fails-{case.id.lower()}-{mode[:4]}"
     script = {"default": {"duration": None}, case.decider: {"duration": 0, "exit_code": 4, "gate": name}}
