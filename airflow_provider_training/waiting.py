@@ -318,6 +318,13 @@ class JobWaiter:
             self.log.info("::endgroup::")
         if status.state in (JobState.RUNNING, JobState.RESTARTING, JobState.SUCCEEDED, JobState.FAILED):
             self._started = True
+        if status.state == JobState.FAILED and (self.job.get("metadata") or {}).get("deletionTimestamp"):
+            # Its operator marked it Failed as its pods went with it (a foreground delete, e.g. on_kill's):
+            # the deletion is what happened to it, not a training failure.
+            why = status.message or status.reason
+            raise _Finished(
+                Outcome.DELETED, f"{self.label} was deleted while waiting (then marked: {why})", status
+            )
         if status.state == JobState.FAILED:
             raise _Finished(Outcome.FAILED, status.message or status.reason or "the job failed", status)
         if status.state == JobState.SUCCEEDED or (

@@ -191,6 +191,25 @@ async def test_a_replaced_job_counts_as_deleted(cluster):
     await trigger_for("replaced").on_kill()
 
 
+async def test_a_job_marked_failed_after_its_deletion_began_counts_as_deleted(cluster):
+    """A foreground delete (on_kill's) keeps the job while its pods go, and its operator may mark it Failed
+    for the lost replicas before it is gone (the real tier saw it): the wait ends as deleted, not failed."""
+    rt = resource(cluster, PYTORCH)
+    body = manifest(PYTORCH, {"default": {"duration": None}}, name="doomed")
+    body["metadata"]["finalizers"] = ["example.com/hold"]  # keeps it, deletionTimestamp set, until removed
+    cluster.store.create(rt, NAMESPACE, body)
+    cluster.store.delete(rt, NAMESPACE, "doomed")
+    failed = {"type": "Failed", "status": "True", "reason": "PyTorchJobFailed", "message": "1 Worker failed."}
+    cluster.store.update_status(rt, NAMESPACE, "doomed", {"conditions": [failed]})
+
+    event = await first(trigger_for("doomed", get_logs=False))
+
+    assert event["status"] == "deleted", event
+    assert "was deleted while waiting (then marked: 1 Worker failed.)" in event["message"], event
+    patch = {"metadata": {"finalizers": []}}
+    cluster.store.patch(rt, NAMESPACE, "doomed", patch, "application/merge-patch+json")
+
+
 def _in(seconds):
     return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
 
