@@ -196,13 +196,19 @@ def mpi_job(
     args: Command | None = None,
     workers: int = 2,
     slots_per_worker: int | None = None,
+    api_version: str = "kubeflow.org/v1",
     **options: Unpack[JobOptions],
 ) -> dict[str, Any]:
-    """An MPIJob v1: the Launcher runs ``command`` (e.g. ``mpirun ...``); Workers wait for it."""
+    """An MPIJob: the Launcher runs ``command`` (e.g. ``mpirun ...``); Workers wait for it.
+
+    ``api_version="kubeflow.org/v2beta1"`` builds the standalone MPI Operator's MPIJob instead of the
+    Training Operator's v1 one (a cluster serves one of the two; more v2beta1 fields, such as
+    ``launcherCreationPolicy``, go in ``spec``)."""
     if slots_per_worker is not None:
         options["spec"] = {**options.get("spec", {}), "slotsPerWorker": slots_per_worker}
     replicas = {"Launcher": 1, "Worker": workers}
-    return build_job("MPIJob", image, command, replicas, args=args, command_types=("Launcher",), **options)
+    kind = get_kind("MPIJob", api_version)
+    return build_job(kind, image, command, replicas, args=args, command_types=("Launcher",), **options)
 
 
 def jax_job(

@@ -16,6 +16,8 @@ from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from localkube.runtime import ANNOTATION
 
+from tests.fixtures import CRDS
+
 EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "example_dags"
 
 
@@ -38,7 +40,8 @@ def examples_db(migrated_db: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _cluster(runtime: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
-    kube = LocalKube(runtime=runtime)
+    """localkube with every default controller; it also serves the MPI Operator's v2beta1 MPIJob (CRD)."""
+    kube = LocalKube(runtime=runtime, crd_dir=CRDS / "kubeflow.org-v2beta1")
     with kube, pytest.MonkeyPatch.context() as mp:
         path = kube.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
         mp.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(path))

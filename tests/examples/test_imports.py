@@ -20,6 +20,7 @@ EXAMPLES = {
     "tfjob_ps_workers",
     "xgboost_job",
     "mpi_job",
+    "mpi_operator_pi",
     "t9k_job",
     "edl_training_job",
 }

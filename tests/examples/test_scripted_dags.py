@@ -71,6 +71,30 @@ def test_mpi_job(examples_db, scripted_cluster, capfd, caplog):
     assert "sshd ready" not in out  # the launcher's log only
 
 
+def test_mpi_operator_pi(examples_db, scripted_cluster, capfd, caplog):
+    dag = load_dag("mpi_operator_pi")
+    with_script(
+        dag,
+        "pi",
+        {
+            "launcher": {"duration": 0.3, "logs": ["pi is approximately 3.1410376000000002"]},
+            "worker": {"duration": None, "logs": ["sshd listening on port 22"]},  # until mpirun is done
+        },
+    )
+
+    run, out = run_and_capture(dag, capfd, caplog)
+
+    assert run.state == "success"
+    assert re.search(r"\[launcher[^\]]*\] pi is approximately 3\.14", out)
+    assert "sshd listening" not in out  # the launcher's log only
+    launcher_job = scripted_cluster.store.list(
+        BATCH_JOBS, "default", label_selector="training.kubeflow.org/job-role=launcher"
+    )
+    assert [job["spec"]["template"]["spec"]["containers"][0]["command"] for job in launcher_job] == [
+        ["mpirun"]
+    ]
+
+
 def test_t9k_job(examples_db, scripted_cluster, capfd, caplog):
     dag = load_dag("t9k_job")
     with_script(dag, "train", {"default": {"duration": 0.3, "logs": ["{pod}: epoch 1 loss 0.27"]}})

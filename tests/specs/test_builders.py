@@ -97,6 +97,25 @@ def test_mpi_job_runs_the_command_on_the_launcher_only():
     assert job["spec"]["slotsPerWorker"] == 1
 
 
+def test_mpi_job_builds_the_mpi_operators_v2beta1_kind_and_checks_its_rules():
+    job = mpi_job(
+        image="mpioperator/mpi-pi:openmpi",
+        command=["mpirun", "-n", "2", "/home/mpiuser/pi"],
+        api_version="kubeflow.org/v2beta1",
+        spec={"launcherCreationPolicy": "WaitForWorkersReady"},
+    )
+    assert (job["apiVersion"], job["spec"]["launcherCreationPolicy"]) == (
+        "kubeflow.org/v2beta1",
+        "WaitForWorkersReady",
+    )
+    assert containers(job, "mpiReplicaSpecs", "Launcher")[0]["command"][0] == "mpirun"
+
+    with pytest.raises(SpecError, match=r"spec\.launcherCreationPolicy"):  # a v2beta1 field, checked
+        mpi_job(image="img", api_version="kubeflow.org/v2beta1", spec={"launcherCreationPolicy": "Later"})
+    with pytest.raises(SpecError, match=r"spec\.launcherCreationPolicy"):  # not a v1 field
+        mpi_job(image="img", spec={"launcherCreationPolicy": "AtStartup"})
+
+
 @pytest.mark.parametrize(
     ("builder", "key", "types", "container"),
     [

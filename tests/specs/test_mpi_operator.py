@@ -5,13 +5,15 @@ accepts unchanged."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from localkube.schema import SchemaRegistry
 
 from airflow_provider_training.specs import SpecError, load_job
-from tests.fixtures import CRDS
+from tests.fixtures import CRDS, examples
 
 CONTAINER = {"name": "mpi-launcher", "image": "mpioperator/mpi-pi:openmpi", "command": ["mpirun"]}
 PI: dict[str, Any] = {  # the shape of upstream examples/v2beta1/pi/pi.yaml
@@ -46,6 +48,32 @@ def test_the_upstream_example_loads_as_the_v2beta1_kind_with_any_container_names
     manifest = load_job(PI)
 
     assert (manifest["apiVersion"], manifest["spec"]) == ("kubeflow.org/v2beta1", PI["spec"])
+
+
+@pytest.mark.parametrize("path", examples("mpi-operator"), ids=lambda path: path.stem)
+def test_every_upstream_example_loads_unchanged_and_the_installed_crd_keeps_all_of_it(path: Path):
+    original = yaml.safe_load(path.read_text())
+    registry = SchemaRegistry.from_dir(CRDS / "kubeflow.org-v2beta1")
+
+    manifest = load_job(path)
+
+    assert manifest == original
+    assert (
+        dropped(original, registry.validate_and_prune("kubeflow.org", "v2beta1", "mpijobs", manifest)) == []
+    )
+
+
+def dropped(sent: Any, stored: Any, path: str = "") -> list[str]:
+    """The paths of ``sent`` that ``stored`` lacks or holds otherwise (the schema's defaults are extra)."""
+    if isinstance(sent, dict) and isinstance(stored, dict):
+        return [p for key, value in sent.items() for p in dropped(value, stored.get(key), f"{path}.{key}")]
+    if isinstance(sent, list) and isinstance(stored, list) and len(sent) == len(stored):
+        return [
+            p
+            for i, (a, b) in enumerate(zip(sent, stored, strict=True))
+            for p in dropped(a, b, f"{path}[{i}]")
+        ]
+    return [] if sent == stored else [path]
 
 
 @pytest.mark.parametrize(
