@@ -1,20 +1,22 @@
-"""MPIJobV2Beta1Operator, MPIJobV2Beta1Sensor and the generic suspend/resume operators against localkube over
-HTTP, with the MPI Operator's kubeflow.org/v2beta1 CRD loaded (tests/fixtures/crds).
+"""MPIJobV2Beta1Operator against the MPI Operator's status shapes, written by hand: localkube over HTTP with
+the kubeflow.org/v2beta1 CRD loaded (tests/fixtures/crds) and no controller.
 
-localkube has no MPI Operator controller yet: each test writes the MPIJob's status and its pods (the worker
-pods ``<job>-worker-<i>`` and the launcher batch Job's pod ``<job>-launcher-<suffix>``, labelled as the MPI
-Operator labels them) itself. Deferrable runs write them only after the task deferred, sync runs once the
-operator submitted: no step bets on timing.
+The acceptance table (success, failure, deleted while waiting, reattach, on_kill, suspend and resume, the
+sensor) runs on localkube's MPI Operator controller with the other families' (``MPI_OPERATOR_CASE`` in
+tests/operators/families.py). What stays here is what that controller does not produce: the real
+operator's failure shapes (the launcher Job's ``BackoffLimitExceeded/Error``, a worker's ``MPIJobFailed``),
+a job no operator ever answers, and a cluster serving the v1 MPIJob. Each test writes the MPIJob's status and
+its pods (the worker pods ``<job>-worker-<i>``, the launcher batch Job's pod ``<job>-launcher-<suffix>``,
+labelled as the MPI Operator labels them) itself, after the task submitted or deferred: no step bets on
+timing.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
 from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from localkube.resources import PODS
@@ -22,13 +24,10 @@ from localkube.resources import PODS
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.operators import (
     MPIJobV2Beta1Operator,
-    TrainingJobResumeOperator,
-    TrainingJobSuspendOperator,
 )
 from airflow_provider_training.results import TrainingJobError
-from airflow_provider_training.sensors import MPIJobV2Beta1Sensor
 from tests.fixtures import CRDS
-from tests.operators.harness import NAMESPACE, make_context, run_driven, sent_since, wait_for
+from tests.operators.harness import NAMESPACE, make_context, run_driven, sent_since
 
 pytestmark = pytest.mark.timeout(60)
 API = "kubeflow.org/v2beta1"
@@ -46,10 +45,6 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
 
 def mpi_jobs(kube: LocalKube) -> Any:
     return kube.store.resource_type("kubeflow.org", "v2beta1", "mpijobs")
-
-
-def stored_names(kube: LocalKube) -> set[str]:
-    return {job["metadata"]["name"] for job in kube.store.list(mpi_jobs(kube), NAMESPACE)}
 
 
 def operator(**options: Any) -> MPIJobV2Beta1Operator:
@@ -116,14 +111,6 @@ def set_status(kube: LocalKube, job: str, conditions: list[dict[str, Any]], **re
     )
 
 
-def succeed(kube: LocalKube, job: str) -> None:
-    for index in (0, 1):
-        add_pod(kube, job, "worker", index, "Running", None)
-    add_pod(kube, job, "launcher", None, "Succeeded", 0)
-    done = condition("Succeeded", "MPIJobSucceeded", f"MPIJob {NAMESPACE}/{job} successfully completed.")
-    set_status(kube, job, [condition("Created", "MPIJobCreated"), done], Launcher={"succeeded": 1}, Worker={})
-
-
 def fail_launcher(kube: LocalKube, job: str) -> None:
     for index in (0, 1):
         add_pod(kube, job, "worker", index, "Running", None)
@@ -141,18 +128,6 @@ def fail_worker(kube: LocalKube, job: str) -> None:
 
 
 MODES = ["sync", "deferrable"]
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_success_returns_the_result_with_the_launcher_and_workers(kube, mode):
-    result = run_driven(operator(), mode, lambda job: succeed(kube, job))
-
-    assert (result["kind"], result["state"], result["reason"]) == ("MPIJob", "Succeeded", "MPIJobSucceeded")
-    assert result["replicas"]["Launcher"] == {"desired": 1, "active": 0, "succeeded": 1, "failed": 0}
-    assert result["replicas"]["Worker"]["desired"] == 2
-    name = result["name"]
-    assert sorted(result["pods"]) == [f"{name}-launcher-q7zx4", f"{name}-worker-0", f"{name}-worker-1"]
-    assert kube.store.get(mpi_jobs(kube), NAMESPACE, name)["apiVersion"] == API
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -181,40 +156,6 @@ def test_worker_failure_names_the_worker_and_its_exit_code(kube, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_deleted_while_waiting_says_so(kube, mode):
-    with pytest.raises(TrainingJobError) as failure:
-        run_driven(operator(), mode, lambda job: kube.store.delete(mpi_jobs(kube), NAMESPACE, job))
-
-    assert failure.value.status == "deleted"
-
-
-def test_suspend_and_resume_go_through_the_generic_operators(kube):
-    job = operator(wait_until=None).execute(make_context())["name"]
-    stored = lambda: kube.store.get(mpi_jobs(kube), NAMESPACE, job)  # noqa: E731
-    control = {"job_name": job, "kind": "MPIJob", "api_version": API}
-
-    TrainingJobSuspendOperator(task_id="s", **control).execute(make_context())
-    assert stored()["spec"]["runPolicy"]["suspend"] is True
-    set_status(kube, job, [condition("Suspended", "MPIJobSuspended", "MPIJob suspended")])
-
-    resumed = TrainingJobResumeOperator(task_id="r", **control).execute(make_context())
-    assert stored()["spec"]["runPolicy"]["suspend"] is False
-    assert resumed["state"] == "Suspended"  # until the operator writes Resumed, as it would
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_sensor_returns_the_finished_jobs_result(kube, mode):
-    job = operator(wait_until=None).execute(make_context())["name"]
-    succeed(kube, job)
-    sensor = MPIJobV2Beta1Sensor(task_id="wait", job_name=job, poke_interval=0.1, timeout=30)
-    sensor.deferrable = mode == "deferrable"
-
-    result = sensor.execute(make_context())
-
-    assert (result["kind"], result["state"]) == ("MPIJob", "Succeeded")
-
-
-@pytest.mark.parametrize("mode", MODES)
 def test_no_status_past_the_grace_period_names_the_mpi_operator(kube, monkeypatch, mode):
     monkeypatch.setenv("AIRFLOW__TRAINING__STATUS_GRACE_PERIOD", "1")
 
@@ -240,24 +181,3 @@ def test_a_cluster_that_serves_the_v1_mpijob_is_named_before_anything_is_created
     assert failure.value.served_in == ["v1"]
     assert "this cluster serves mpijobs.kubeflow.org in v1, not in v2beta1" in str(failure.value)
     assert not [line for line in sent if line.startswith("POST ")]
-
-
-def test_on_kill_in_sync_mode_deletes_the_job(kube):
-    op = operator()
-
-    with pytest.raises(TrainingJobError) as failure:
-        run_driven(op, "sync", lambda job: op.on_kill())
-
-    assert failure.value.status == "deleted"
-    assert op._job_ref is not None
-    assert op._job_ref.name not in stored_names(kube)
-
-
-def test_on_kill_in_deferrable_mode_is_the_triggers(kube):
-    with pytest.raises(TaskDeferred) as deferred:
-        operator(deferrable=True).execute(make_context())
-    name = deferred.value.trigger.job_name
-
-    asyncio.run(deferred.value.trigger.on_kill())
-
-    wait_for(lambda: name not in stored_names(kube))
