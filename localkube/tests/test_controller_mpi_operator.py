@@ -107,9 +107,8 @@ def test_success_runs_workers_and_a_launcher_job_labelled_as_the_mpi_operator_do
 def test_a_failing_launcher_fails_the_job_with_the_launcher_jobs_reason(kube: KubeClient) -> None:
     script = {"default": FOREVER, "launcher": {"duration": 0, "exit_code": 3}}
     job = mpijob("pi-fail", script, runPolicy={"backoffLimit": 0, "cleanPodPolicy": "Running"})
-    # Never: the launcher pod fails and is counted (the Job controller's OnFailure path deletes a
-    # restarting pod, which localkube's batch Job controller does not count as failed)
-    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["restartPolicy"] = "Never"
+    # OnFailure (the launcher's default): its pod restarts once, which the backoff limit of 0 does not allow;
+    # the Job fails and deletes it, counting it as failed.
     create(kube, job)
 
     done = until(kube, "pi-fail", lambda j: "Failed" in true_types(j))
@@ -119,6 +118,24 @@ def test_a_failing_launcher_fails_the_job_with_the_launcher_jobs_reason(kube: Ku
     assert failed["message"].startswith("MPIJob default/pi-fail has failed: ")
     assert done["status"]["replicaStatuses"]["Launcher"] == {"failed": 1}
     kube.wait_until(lambda: pods(kube, "pi-fail", "worker") == [], "the running workers deleted")
+
+
+def test_the_replica_specs_restart_policy_replaces_the_templates_with_a_warning(kube: KubeClient) -> None:
+    job = mpijob("pi-policy", {"default": FOREVER}, workers=1)
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["restartPolicy"] = "Never"
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] = "ExitCode"
+    create(kube, job)
+
+    until(kube, "pi-policy", lambda j: "Running" in true_types(j))
+
+    launcher_job = client.BatchV1Api(kube.api).read_namespaced_job("pi-policy-launcher", "default")
+    assert launcher_job.spec.template.spec.restart_policy == "OnFailure"  # the launcher's default
+    (worker,) = pods(kube, "pi-policy", "worker")
+    assert worker.spec.restart_policy == "Never"  # ExitCode: the operator decides, the pod never restarts
+    events = kube.core.list_namespaced_event("default", field_selector="involvedObject.name=pi-policy").items
+    assert [(e.type, e.reason) for e in events if e.reason == "SetPodTemplateRestartPolicy"] == [
+        ("Warning", "SetPodTemplateRestartPolicy")
+    ]
 
 
 def test_suspend_deletes_the_workers_and_the_launcher_pod_and_resume_runs_them_again(

@@ -158,12 +158,15 @@ def t9k_generic(kind: str, replicas: Mapping[str, int]) -> Callable[[], dict[str
 
 
 def mpi_operator() -> dict[str, Any]:
-    """The standalone MPI Operator's MPIJob (its CRD is loaded into the family cluster)."""
+    """The standalone MPI Operator's MPIJob (its CRD is loaded into the family cluster). The launcher fails
+    once and for all (``Never``, no retry): under its default, ``OnFailure`` with the Job's backoff limit of
+    6, a failing launcher restarts six times first (on a real cluster with its Job controller's backoff)."""
     replicas = {
-        "Launcher": {"replicas": 1, "template": _template("mpi-launcher")},
+        "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": _template("mpi-launcher")},
         "Worker": {"replicas": 1, "template": _template("mpi-worker")},
     }
-    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "spec": {"mpiReplicaSpecs": replicas}}
+    spec = {"runPolicy": {"backoffLimit": 0}, "mpiReplicaSpecs": replicas}
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "spec": spec}
 
 
 def deepspeed() -> dict[str, Any]:

@@ -94,12 +94,14 @@ def sa_conn(service_account_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.fixture(scope="session")
 def legacy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    """A second cluster for EDL, both legacy MXNet lineages and T9k: their CRDs, written from the reference
-    documents (``mxjobs.kubeflow.org`` is also the Kubeflow v1 MXJob's name), and the agent running their
-    operator emulations (kube-controller-manager is the batch Job and ReplicaSet controller)."""
-    from tests.real.families_real import AGENT_ARGS, CRDS_WRITTEN
+    """A second cluster for EDL, both legacy MXNet lineages, T9k and the MPI Operator's v2beta1 MPIJob: their
+    CRDs, written from the reference documents (``mxjobs.kubeflow.org`` is also the Kubeflow v1 MXJob's name),
+    and upstream's for the MPIJob (``mpijobs.kubeflow.org`` is also the v1 MPIJob's), and the agent running
+    their operator emulations (kube-controller-manager is the batch Job and ReplicaSet controller)."""
+    from tests.real.families_real import AGENT_ARGS, family_crd_dir
 
-    with launch(tmp_path_factory, "legacykube", crd_dir=CRDS_WRITTEN, agent_args=AGENT_ARGS) as cluster:
+    crd_dir = family_crd_dir(tmp_path_factory.mktemp("family-crds"))
+    with launch(tmp_path_factory, "legacykube", crd_dir=crd_dir, agent_args=AGENT_ARGS) as cluster:
         yield cluster
 
 

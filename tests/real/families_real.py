@@ -1,9 +1,10 @@
-"""The families other than Kubeflow v1 (EDL, both legacy MXNet lineages, T9k) on a real API server: their
-CRDs (tests/fixtures/crds-written, written from the reference documents), reads of a job and its children
-through the API as admin, gates opened over the API, and ServiceAccounts bound to a Role.
+"""The families other than Kubeflow v1 (EDL, both legacy MXNet lineages, T9k, the MPI Operator's v2beta1
+MPIJob) on a real API server: their CRDs (tests/fixtures/crds-written, written from the reference documents,
+and the MPI Operator's upstream one), reads of a job and its children through the API as admin, gates opened
+over the API, and ServiceAccounts bound to a Role.
 
-The cases are tests/operators/families.py's ``CASES``; only the reads differ (the real API instead of the
-localkube store).
+The cases are tests/operators/families.py's ``CASES`` and ``MPI_OPERATOR_CASE`` (``FAMILY_CASES``); only the
+reads differ (the real API instead of the localkube store).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import shutil
 import threading
 import urllib.error
 import urllib.parse
@@ -22,13 +24,28 @@ import pytest
 from localkube.controllers.gates import LABEL
 from localkube.realcluster import RealCluster
 
-from tests.operators.families import FamilyCase
+from tests.fixtures import CRDS
+from tests.operators.families import CASES, MPI_OPERATOR_CASE, FamilyCase
 from tests.operators.harness import in_thread
 
 CRDS_WRITTEN = Path(__file__).resolve().parents[1] / "fixtures" / "crds-written"
+# The families' cluster has no Kubeflow v1 CRDs (the main cluster runs those), so it can serve the MPI
+# Operator's mpijobs.kubeflow.org, which has the v1 MPIJob's CRD name.
+FAMILY_CRD_DIRS = (*sorted(p for p in CRDS_WRITTEN.iterdir() if p.is_dir()), CRDS / "kubeflow.org-v2beta1")
+FAMILY_CASES = [*CASES, MPI_OPERATOR_CASE]
+
+
+def family_crd_dir(directory: Path) -> Path:
+    """``directory`` holding a copy of each of ``FAMILY_CRD_DIRS`` (RealCluster installs one directory's)."""
+    for source in FAMILY_CRD_DIRS:
+        shutil.copytree(source, directory / source.name)
+    return directory
+
+
 # The agent on the families' cluster: every family's operator emulation and gates opened by ConfigMaps.
-# kube-controller-manager is the batch Job and ReplicaSet controller there (EDL's and mlkube's children).
-AGENT_ARGS = ("--runtime", "scripted", "--controllers", "edl,mxnet-legacy,t9k,gates")
+# kube-controller-manager is the batch Job and ReplicaSet controller there (EDL's and mlkube's children, the
+# MPI Operator's launcher Job).
+AGENT_ARGS = ("--runtime", "scripted", "--controllers", "edl,mxnet-legacy,t9k,mpi-operator,gates")
 CHILD_COLLECTIONS = (
     "/api/v1/{}/pods",
     "/api/v1/{}/services",

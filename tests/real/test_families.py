@@ -1,6 +1,7 @@
-"""EDL, both legacy MXNet lineages and every T9k kind (tests/operators/families.py ``CASES``) end to end on a
-real kube-apiserver, etcd and kube-controller-manager, with the CRDs written from the reference documents
-and localkube's agent as their operators and kubelet. For each kind, in sync and deferrable mode: success
+"""EDL, both legacy MXNet lineages, every T9k kind and the MPI Operator's v2beta1 MPIJob (``FAMILY_CASES``)
+end to end on a real kube-apiserver, etcd and kube-controller-manager, with the CRDs written from the
+reference documents (upstream's for the MPIJob) and localkube's agent as their operators and kubelet. For
+each kind, in sync and deferrable mode: success
 (a replica's log line read through the API server's pods/log proxy), failure naming the deciding replica and
 its exit code, the job deleted while waiting, on_kill; a retry that reattaches to the first try's job; and
 success as the ServiceAccount bound to exactly the Role of docs/rbac.md.
@@ -18,9 +19,10 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_provider_training import naming
 from airflow_provider_training.results import TrainingJobError
-from tests.operators.families import CASES, KUBEFLOW_CASES, FamilyCase, kill
+from tests.operators.families import KUBEFLOW_CASES, FamilyCase, kill
 from tests.operators.harness import MODES, first_event, in_thread, make_context, run_operator
 from tests.real.families_real import (
+    FAMILY_CASES,
     gate_name,
     gone,
     job_or_none,
@@ -55,7 +57,7 @@ def failing(case: FamilyCase, gate: str) -> dict:
 
 
 # The lifecycle tests run over every family: the Kubeflow v1 kinds on the session's main cluster.
-EVERY_FAMILY = [*KUBEFLOW_CASES, *CASES]
+EVERY_FAMILY = [*KUBEFLOW_CASES, *FAMILY_CASES]
 
 
 @pytest.fixture
@@ -83,7 +85,7 @@ def owned(cluster, case: FamilyCase, context: dict, namespace: str) -> list[str]
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
 def test_success_with_a_replica_log_line(legacy_cluster, legacy_admin_conn, case, mode, capsys):
     gate = gate_name("success", case, mode)
     op = case.make_operator(succeeding(case, gate), on_finish_action="delete")
@@ -104,7 +106,7 @@ def test_success_with_a_replica_log_line(legacy_cluster, legacy_admin_conn, case
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
 def test_failure_names_the_deciding_replica_and_its_exit_code(
     legacy_cluster, legacy_admin_conn, case, mode, capsys
 ):
@@ -202,7 +204,7 @@ def test_on_kill_deletes_the_job_and_its_children(cluster, conn, case, mode):
     gone(cluster, case, name, ns)
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
 def test_as_the_documented_role_to_success(legacy_cluster, legacy_sa_conn, case, capsys):
     gate = gate_name("rbac", case)
     op = case.make_operator(succeeding(case, gate), on_finish_action="delete")

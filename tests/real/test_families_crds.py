@@ -12,32 +12,16 @@ import yaml
 
 from airflow_provider_training.kinds import get_kind
 from tests.fixtures import examples
+from tests.specs.helpers import missing
 
 pytestmark = pytest.mark.timeout(120)
-FAMILIES = ("mxnet-legacy", "paddle-edl", "t9k")
+FAMILIES = ("mxnet-legacy", "paddle-edl", "t9k", "mpi-operator")
 # What the Go types drop (legacy-paddle-edl.md §3: `passes` under `trainer:`; legacy-mxnet.md B2: the
 # v1alpha1 MXJobSpec has no `jobMode`); nothing else may be pruned.
 DROPPED = {
     "fit_a_line_examplejob.yaml": [".spec.trainer.passes"],
     "kubeflow_v1alpha1_mx_job_dist.yaml": [".spec.jobMode"],
 }
-
-
-def missing(sent: object, stored: object, path: str = "") -> list[str]:
-    """The paths of ``sent`` that ``stored`` lacks."""
-    if isinstance(sent, dict) and isinstance(stored, dict):
-        return [p for key, value in sent.items() for p in _missing_key(key, value, stored, path)]
-    if isinstance(sent, list) and isinstance(stored, list):
-        return [
-            p
-            for i, (a, b) in enumerate(zip(sent, stored, strict=False))
-            for p in missing(a, b, f"{path}[{i}]")
-        ]
-    return []
-
-
-def _missing_key(key: str, value: object, stored: dict, path: str) -> list[str]:
-    return [f"{path}.{key}"] if key not in stored else missing(value, stored[key], f"{path}.{key}")
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,10 @@ import pytest
 
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.results import TrainingJobError
-from tests.operators.families import CASES, FamilyCase
+from tests.operators.families import FamilyCase
 from tests.operators.harness import make_context, run_operator
 from tests.real.families_real import (
+    FAMILY_CASES,
     delete_everything,
     gate_name,
     open_gate,
@@ -22,7 +23,7 @@ from tests.real.families_real import (
 from tests.real.rbac import bind, documented_rules, without
 
 pytestmark = pytest.mark.timeout(300)
-CASE = {case.id: case for case in CASES}
+CASE = {case.id: case for case in FAMILY_CASES}
 FOREVER = {"default": {"duration": None}}
 
 

@@ -1,4 +1,5 @@
-"""Small manifests for the spec tests, and a helper that asserts a SpecError names a field."""
+"""Small manifests for the spec tests, a helper that asserts a SpecError names a field, and one that says what
+an API server pruned of a manifest."""
 
 from __future__ import annotations
 
@@ -54,3 +55,22 @@ def refused(job: Any, path: str, *fragments: str, **kwargs: Any) -> SpecError:
     assert any(all(fragment in text for fragment in fragments) for text in texts), texts
     assert path in str(info.value)
     return info.value
+
+
+def missing(sent: object, stored: object, path: str = "") -> list[str]:
+    """The paths of ``sent`` that ``stored`` lacks: what a schema pruned (its defaults are extra)."""
+    if isinstance(sent, dict) and isinstance(stored, dict):
+        return [p for key, value in sent.items() for p in _missing_key(key, value, stored, path)]
+    if isinstance(sent, list) and isinstance(stored, list):
+        return [
+            p
+            for i, (a, b) in enumerate(zip(sent, stored, strict=False))
+            for p in missing(a, b, f"{path}[{i}]")
+        ]
+    return []
+
+
+def _missing_key(key: str, value: object, stored: dict, path: str) -> list[str]:
+    if value is None:  # an API server drops a null as it drops an absent field (upstream's `command: null`)
+        return []
+    return [f"{path}.{key}"] if key not in stored else missing(value, stored[key], f"{path}.{key}")

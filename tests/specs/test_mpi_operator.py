@@ -14,6 +14,7 @@ from localkube.schema import SchemaRegistry
 
 from airflow_provider_training.specs import SpecError, load_job
 from tests.fixtures import CRDS, examples
+from tests.specs.helpers import missing
 
 CONTAINER = {"name": "mpi-launcher", "image": "mpioperator/mpi-pi:openmpi", "command": ["mpirun"]}
 PI: dict[str, Any] = {  # the shape of upstream examples/v2beta1/pi/pi.yaml
@@ -59,21 +60,8 @@ def test_every_upstream_example_loads_unchanged_and_the_installed_crd_keeps_all_
 
     assert manifest == original
     assert (
-        dropped(original, registry.validate_and_prune("kubeflow.org", "v2beta1", "mpijobs", manifest)) == []
+        missing(original, registry.validate_and_prune("kubeflow.org", "v2beta1", "mpijobs", manifest)) == []
     )
-
-
-def dropped(sent: Any, stored: Any, path: str = "") -> list[str]:
-    """The paths of ``sent`` that ``stored`` lacks or holds otherwise (the schema's defaults are extra)."""
-    if isinstance(sent, dict) and isinstance(stored, dict):
-        return [p for key, value in sent.items() for p in dropped(value, stored.get(key), f"{path}.{key}")]
-    if isinstance(sent, list) and isinstance(stored, list) and len(sent) == len(stored):
-        return [
-            p
-            for i, (a, b) in enumerate(zip(sent, stored, strict=True))
-            for p in dropped(a, b, f"{path}[{i}]")
-        ]
-    return [] if sent == stored else [path]
 
 
 @pytest.mark.parametrize(

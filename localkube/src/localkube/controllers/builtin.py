@@ -111,8 +111,9 @@ class BatchJobController(WorkloadController):
         failed = max(int(status.get("failed") or 0), sum(phase(p) == "Failed" for p in pods))
         failure = self._failure(spec, status, active, failed)
         if failure is not None:
-            for pod in active:
+            for pod in active:  # counted as failed, as Kubernetes counts the pods a failed Job deletes
                 delete_quietly(self.store, PODS, pod)
+            failed += len(active)
             active = []
         elif completions is None and succeeded:
             pass  # work-queue Job: no new pods after a success; the others finish on their own

@@ -15,6 +15,9 @@ serves v2beta1 when its CRD is loaded (`crd_dir`), and this controller idles oth
   launcher and every worker run, `Succeeded` (`MPIJobSucceeded`) when the launcher Job completes, `Failed`
   when it fails, with the Job's reason (`BackoffLimitExceeded`, `DeadlineExceeded`); a job that finishes
   without ever running gets `Running=False`. `replicaStatuses` count the launcher Job's pods and the workers.
+- **Restart policy**: the replica spec's (launcher `OnFailure`, workers `Never` by default) replaces the pod
+  template's, as upstream's `setRestartPolicy` does; a failing launcher restarts in place until the Job's
+  `backoffLimit` (default 6) counts its restarts.
 - **Suspend** (`runPolicy.suspend`): the workers are deleted and the launcher Job suspended
   (`MPIJobSuspended`); resuming (`MPIJobResumed`) creates them again.
 - **cleanPodPolicy** (default `None`): after the job finished, `Running` deletes the workers still
@@ -42,6 +45,7 @@ from localkube.controllers.builtin import (
 )
 from localkube.controllers.kubeflow import controller_ref, phase
 from localkube.controllers.loop import ReconcileLoop
+from localkube.events import record_event
 from localkube.resources import BATCH_JOBS, CONFIGMAPS, PODS, SECRETS, SERVICES, ResourceType
 from localkube.store import ApiError, WatchEvent
 
@@ -55,6 +59,7 @@ JOB_NAME = "training.kubeflow.org/job-name"
 JOB_ROLE = "training.kubeflow.org/job-role"
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
 LAUNCHER, WORKER = "Launcher", "Worker"
+RESTART_POLICY_REASON = "SetPodTemplateRestartPolicy"
 HOSTFILE_ENV = {
     "OpenMPI": {
         "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
@@ -226,7 +231,6 @@ class _MpiJob:
         tmeta = template.setdefault("metadata", {})
         tmeta["labels"] = {**(tmeta.get("labels") or {}), **labels}
         template["spec"] = _with_env(template.get("spec") or {}, self._env("launcher"))
-        template["spec"].setdefault("restartPolicy", "OnFailure")
         job_spec: dict[str, Any] = {"template": template}
         for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
             if self.run_policy.get(key) is not None:
@@ -301,7 +305,18 @@ class _MpiJob:
         return (self.spec.get("mpiReplicaSpecs") or {}).get(rtype)
 
     def _template(self, rtype: str, selectors: list[str]) -> dict:
-        template = copy.deepcopy((self._replica_spec(rtype) or {}).get("template") or {})
+        """The replica's pod template, its restart policy the replica spec's (the launcher's defaults to
+        `OnFailure`, a worker's to `Never`; `ExitCode` is `Never` on the pod), as the operator sets it: a
+        policy written in the template is overridden (the launcher's with the Warning event
+        `SetPodTemplateRestartPolicy`, as upstream warns when it builds the launcher Job)."""
+        replica = self._replica_spec(rtype) or {}
+        template = copy.deepcopy(replica.get("template") or {})
+        spec = template.setdefault("spec", {})
+        if spec.get("restartPolicy") and rtype == LAUNCHER:
+            message = "Restart policy in pod template overridden by restart policy in replica spec"
+            record_event(self.store, self.job, "Warning", RESTART_POLICY_REASON, message, OPERATOR_NAME)
+        policy = replica.get("restartPolicy") or ("OnFailure" if rtype == LAUNCHER else "Never")
+        spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
         return with_script(template, folded_script(self.job, selectors))
 
     def _labels(self, role: str | None) -> dict[str, str]:
