@@ -100,6 +100,7 @@ class JobWaiter:
         self._clock_start: datetime | None = None
         self._warned: set[tuple[str, str]] = set()
         self._last_seen: tuple[Any, ...] | None = None
+        self._last_message = ""
         self._suspended_logged_at: datetime | None = None
         self._streamer: ReplicaLogStreamer | None = None
         self._began = datetime.now(UTC)
@@ -316,6 +317,10 @@ class JobWaiter:
             self.log.info("::group::%s is %s%s", self.label, status.state.value, why)
             self.log.info("%s", diag.replica_table(status))
             self.log.info("::endgroup::")
+        elif status.progress and status.message != self._last_message:
+            # What the training reports (a TrainJob's trainerStatus) moved on in the same state: one line.
+            self.log.info("%s: %s", self.label, status.message)
+        self._last_message = status.message
         if status.state in (JobState.RUNNING, JobState.RESTARTING, JobState.SUCCEEDED, JobState.FAILED):
             self._started = True
         if status.state == JobState.FAILED and (self.job.get("metadata") or {}).get("deletionTimestamp"):

@@ -8,10 +8,11 @@ them only after the task deferred, sync runs once the operator submitted: no ste
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from localkube.resources import PODS
@@ -27,7 +28,15 @@ from airflow_provider_training.results import TrainingJobError
 from airflow_provider_training.sensors import TrainJobSensor
 from airflow_provider_training.specs import SpecError
 from tests.fixtures import CRDS
-from tests.operators.harness import NAMESPACE, make_context, run_driven, sent_since
+from tests.operators.harness import (
+    NAMESPACE,
+    first_event,
+    in_thread,
+    make_context,
+    run_driven,
+    sent_since,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(60)
 TRAIN_JOB = get_kind("TrainJob", "trainer.kubeflow.org/v1alpha1")
@@ -272,3 +281,62 @@ def test_no_status_past_the_grace_period_names_the_jobset_creation(kube, monkeyp
     assert failure.value.status == "error"
     assert failure.value.event["job_status"]["reason"] == "OperatorNotRunning"
     assert "could not create the TrainJob's JobSet" in str(failure.value)
+
+
+# -- trainerStatus in the task log: each change of the reported progress is one line, in sync mode and in
+# the trigger; each status is written once the log showed the one before.
+NODES = [{"name": "node", "ready": 2, "active": 2, "succeeded": 0, "failed": 0, "suspended": 0}]
+DONE = [{"name": "node", "ready": 0, "active": 0, "succeeded": 1, "failed": 0, "suspended": 0}]
+
+
+def trainer_status(percent: int, seconds_left: int, loss: str) -> dict[str, Any]:
+    return {
+        "progressPercentage": percent,
+        "estimatedRemainingSeconds": seconds_left,
+        "metrics": [{"name": "loss", "value": loss}],
+        "lastUpdatedTime": f"2026-12-03T08:{percent // 10:02d}:00Z",
+    }
+
+
+def train(kube: LocalKube, job: str, logged: Callable[[str], None]) -> None:
+    """Progress 40 % then 80 % while running, each written once the log showed the one before; then done."""
+    for percent, left, loss in ((40, 120, "0.52"), (80, 40, "0.31")):
+        set_status(kube, job, {"jobsStatus": NODES, "trainerStatus": trainer_status(percent, left, loss)})
+        logged(f"progress {percent}%, about {left}s left, loss={loss}")
+    complete = condition("Complete", "AllJobsCompleted", "jobset completed successfully")
+    status = {"conditions": [complete], "jobsStatus": DONE, "trainerStatus": trainer_status(100, 0, "0.12")}
+    set_status(kube, job, status)
+
+
+@pytest.mark.parametrize("mode", ["sync", "deferrable"])
+def test_each_progress_change_is_one_line_of_the_task_log(kube, capsys, mode):
+    op = operator(deferrable=mode == "deferrable")
+    printed: list[str] = []
+
+    def logged(text: str) -> None:
+        wait_for(lambda: printed.append(capsys.readouterr().out) or text in "".join(printed), timeout=30)
+
+    if mode == "sync":
+        thread, outcome = in_thread(lambda: op.execute(make_context()))
+        train(kube, wait_for(lambda: op._job_ref).name, logged)
+        thread.join(60)
+        result = outcome["result"]
+    else:
+        context = make_context()
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute(context)
+        thread, outcome = in_thread(lambda: first_event(deferred.value.trigger))
+        train(kube, deferred.value.trigger.job_name, logged)
+        thread.join(60)
+        kwargs = {**(deferred.value.kwargs or {}), "event": outcome["result"]}
+        result = op.resume_execution(deferred.value.method_name, kwargs, context)
+
+    printed.append(capsys.readouterr().out)
+    out = "".join(printed)
+    # 40 %: the state's change (Pending to Running), whose header says it; 80 %: a line of its own.
+    assert out.count("progress 40%") == 1 and out.count("progress 80%") == 1
+    assert "is Running (Running: trainer: progress 40%, about 120s left, loss=0.52)" in out
+    assert f"TrainJob default/{op._job_ref.name}: trainer: progress 80%, about 40s left, loss=0.31" in out
+    assert result["state"] == "Succeeded"
+    assert result["progress"]["progressPercentage"] == 100
+    assert "loss=0.12" in result["message"]
