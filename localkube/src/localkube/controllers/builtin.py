@@ -329,6 +329,16 @@ def create_pod(
         raise
 
 
+def served(store: ClusterApi, rt: ResourceType) -> bool:
+    """Whether the cluster serves `rt` (a custom type: its CRD loaded)."""
+    key = (rt.group, rt.version, rt.plural)
+    return any((t.group, t.version, t.plural) == key for t in store.resource_types())
+
+
+def same_type(a: ResourceType, b: ResourceType) -> bool:
+    return (a.group, a.version, a.plural) == (b.group, b.version, b.plural)
+
+
 def get_live(store: ClusterApi, rt: ResourceType, namespace: str, name: str) -> dict | None:
     """The object to reconcile, or None when it is gone or being deleted."""
     try:
