@@ -25,6 +25,7 @@ CONTROLLER_NAMES = (
     "t9k",
     "mpi-operator",
     "jobset",
+    "trainer",
     "gates",
 )
 
@@ -41,6 +42,7 @@ def controllers_named(names: Iterable[str]) -> list[Controller]:
     from localkube.controllers.tensorstack import TensorStackController
     from localkube.controllers.tensorstack_generic import GenericJobController
     from localkube.controllers.tensorstack_siblings import SiblingController
+    from localkube.controllers.trainer import TrainJobController
 
     factories: dict[str, list[type]] = {
         "kubeflow": [KubeflowController],
@@ -51,6 +53,7 @@ def controllers_named(names: Iterable[str]) -> list[Controller]:
         "t9k": [TensorStackController, GenericJobController, SiblingController],
         "mpi-operator": [MpiOperatorController],
         "jobset": [JobSetController],
+        "trainer": [TrainJobController],
         "gates": [GateController],
     }
     wanted = _checked(names)
@@ -61,6 +64,7 @@ def custom_types_of(names: Iterable[str]) -> list[ResourceType]:
     """The custom resource types the named controllers reconcile (what an agent must watch for them)."""
     from localkube.controllers.jobset import JOBSETS
     from localkube.controllers.mpi_operator import MPIJOBS_V2BETA1
+    from localkube.controllers.trainer import TRAINER_TYPES
     from localkube.resources import KUBEFLOW_V1, LEGACY, TENSORSTACK
 
     types = {
@@ -70,6 +74,7 @@ def custom_types_of(names: Iterable[str]) -> list[ResourceType]:
         "t9k": TENSORSTACK,
         "mpi-operator": (MPIJOBS_V2BETA1,),
         "jobset": (JOBSETS,),
+        "trainer": TRAINER_TYPES,
     }
     wanted = _checked(names)
     return [rt for name in CONTROLLER_NAMES if name in wanted for rt in types.get(name, ())]
@@ -87,8 +92,8 @@ def _checked(names: Iterable[str]) -> set[str]:
 def default_controllers() -> list[Controller]:
     """Every controller a default localkube runs: the Kubeflow Training Operator v1 kinds, the legacy APIs
     (EDL, both legacy MXNet operators, T9k training jobs, GenericJob, DeepSpeedJob, MPIJob and
-    ColossalAIJob), the MPI Operator's v2beta1 MPIJob, JobSet (when
-    its CRD is loaded) and the batch Job /
+    ColossalAIJob), the MPI Operator's v2beta1 MPIJob, JobSet and Kubeflow Trainer v2's TrainJob (each when
+    its CRDs are loaded) and the batch Job /
     ReplicaSet controllers EDL, mlkube and the MPI launcher need. Not ``gates``: in-process,
     tests open gates directly."""
     return controllers_named(name for name in CONTROLLER_NAMES if name != "gates")
