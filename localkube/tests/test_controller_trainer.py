@@ -281,3 +281,31 @@ def test_an_mpi_trainjob_runs_a_launcher_after_its_nodes_with_a_hostfile(kube: K
     )
     assert env_of(launcher)["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
     assert env_of(launcher)["OMPI_MCA_orte_set_default_slots"] == "2"
+
+
+def test_a_jax_trainjob_gets_the_coordinator_and_its_process_id(kube: KubeClient) -> None:
+    runtime = torch_runtime("jax-distributed")
+    runtime["spec"]["mlPolicy"] = {"numNodes": 1, "jax": {}}
+    create_runtime(kube, runtime)
+    create(kube, trainjob("jx", {"default": QUICK}, runtime="jax-distributed", trainer={"numNodes": 2}))
+    done = until(kube, "jx", finished)
+
+    assert condition(done, "Complete")[0] == "True"  # type: ignore[index]
+    for pod in pods(kube, "jx"):
+        assert {k: v for k, v in env_of(pod).items() if k.startswith("JAX_")} == {
+            "JAX_NUM_PROCESSES": "2",
+            "JAX_PROCESS_ID": f"metadata.annotations['{INDEX}']",
+            "JAX_COORDINATOR_ADDRESS": "jx-node-0-0.jx:29500",
+        }
+        assert "PET_NNODES" not in env_of(pod)
+
+
+def test_without_a_trainer_section_no_ml_policy_env_is_set(kube: KubeClient) -> None:
+    create_runtime(kube, torch_runtime())
+    create(kube, trainjob("bare", {"default": QUICK}))
+    until(kube, "bare", finished)
+
+    (pod,) = pods(kube, "bare")
+    assert [
+        k for k in env_of(pod) if k.startswith("PET_")
+    ] == []  # as upstream: no trainer, no trainer container

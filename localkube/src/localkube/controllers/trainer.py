@@ -17,7 +17,9 @@ its runtime plugins (`pkg/runtime/framework/plugins/{jobset,torch,mpi}`):
   (`numProcPerNode`, else `auto` becomes the CPU count of `resourcesPerNode`, at least 1, without GPUs),
   `PET_NODE_RANK` (fieldRef to the completion-index annotation), `PET_MASTER_ADDR`
   `<trainjob>-node-0-0.<trainjob>`, `PET_MASTER_PORT` 29500 (v2.3.0's `ContainerTrainerPort`) and that
-  container port. MPI (OpenMPI): the launcher's `node` container gets `OMPI_MCA_orte_default_hostfile`,
+  container port; JAX: `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID` (the completion index),
+  `JAX_COORDINATOR_ADDRESS` `<trainjob>-node-0-0.<trainjob>:29500` and the port; only with a `spec.trainer`,
+  as upstream. MPI (OpenMPI): the launcher's `node` container gets `OMPI_MCA_orte_default_hostfile`,
   `OMPI_MCA_orte_keep_fqdn_hostnames`, `OMPI_MCA_orte_set_default_slots`, `OMPI_MCA_plm_rsh_args`;
   ConfigMap `<trainjob>-mpi-hostfile` (`<host> slots=<n>` per node, the launcher first under
   `runLauncherAsNode`) and Secret `<trainjob>-mpi-ssh-auth`, both owned by the TrainJob.
@@ -32,7 +34,7 @@ its runtime plugins (`pkg/runtime/framework/plugins/{jobset,torch,mpi}`):
   found: ..."); the TrainJob is looked at again when a runtime of that name appears. A `runtimeRef` of
   another kind or group gets `Failed` `TrainingRuntimeNotSupported`.
 
-Simplified: no initializer env, `runtimePatches`, podGroupPolicy, JAX/XGBoost/Flux env, MPI volumes or
+Simplified: no initializer env, `runtimePatches`, podGroupPolicy, XGBoost/Flux env, MPI volumes or
 key material, no runtime snapshot; `managedBy` other than the default is left alone.
 """
 
@@ -195,9 +197,12 @@ class _TrainJob:
                 for container in _containers(rjob, NODE):
                     _upsert_env(container, self.trainer.get("env") or [])
         extras: list[tuple[ResourceType, dict]] = []
-        if policy.get("torch") is not None and trainer_rjob is not None:
-            for container in _containers(trainer_rjob, NODE):
+        has_trainer = self.spec.get("trainer") is not None  # upstream finds no trainer container without it
+        for container in _containers(trainer_rjob, NODE) if trainer_rjob and has_trainer else []:
+            if policy.get("torch") is not None:
                 self._torch_env(container, policy["torch"], nodes)
+            elif policy.get("jax") is not None:
+                self._jax_env(container, nodes)
         if mpi is not None:
             extras = self._mpi(rjobs, mpi, launcher_as_node)
         spec["suspend"] = self.suspend
@@ -241,9 +246,21 @@ class _TrainJob:
                 {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
             ],
         )
-        ports = container.setdefault("ports", [])
-        if not any(p.get("containerPort") == TRAINER_PORT for p in ports):
-            ports.append({"containerPort": TRAINER_PORT})
+        _upsert_port(container)
+
+    def _jax_env(self, container: dict, nodes: int) -> None:
+        _upsert_env(
+            container,
+            [
+                {"name": "JAX_NUM_PROCESSES", "value": str(nodes)},
+                {"name": "JAX_PROCESS_ID", "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
+                {
+                    "name": "JAX_COORDINATOR_ADDRESS",
+                    "value": f"{self.name}-{NODE}-0-0.{self.name}:{TRAINER_PORT}",
+                },
+            ],
+        )
+        _upsert_port(container)
 
     def _mpi(self, rjobs: list[dict], mpi: dict, launcher_as_node: bool) -> list[tuple[ResourceType, dict]]:
         slots = int(self.trainer.get("numProcPerNode") or mpi.get("numProcPerNode") or 1)
@@ -367,6 +384,13 @@ def _upsert_env(container: dict, env: list[dict]) -> None:
             current.append(copy.deepcopy(var))
         else:
             current[at] = copy.deepcopy(var)
+
+
+def _upsert_port(container: dict) -> None:
+    """The trainer port on the container (for the headless Service), once."""
+    ports = container.setdefault("ports", [])
+    if not any(p.get("containerPort") == TRAINER_PORT for p in ports):
+        ports.append({"containerPort": TRAINER_PORT})
 
 
 def _quantity(resources: dict, name: str) -> float:
