@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 from localkube.controllers.builtin import BatchJobController
-from localkube.controllers.jobset import JobSetController
+from localkube.controllers.jobset import EXCLUSIVE, JobSetController, set_condition
 from test_controller_builtin import running, watch_custom
 from test_controller_support import SCRIPT, KubeClient
 
@@ -243,3 +243,20 @@ def test_in_order_startup_creates_a_replicated_jobs_jobs_once_the_previous_ones_
         "in order startup policy has completed",
     )
     assert condition(done, "StartupPolicyInProgress")[0] == "False"  # type: ignore[index]
+
+
+def test_conditions_are_set_as_upstreams_update_condition_and_set_status_condition_do() -> None:
+    conditions: list[dict] = []
+    assert not set_condition(conditions, "Suspended", "False", "ResumeJobs", "jobset is resumed")  # not added
+    assert set_condition(
+        conditions, "Completed", "True", "AllJobsCompleted", "done", time="2026-01-01T00:00:00Z"
+    )
+    assert (
+        conditions[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    )  # the given time (a copied condition's)
+    assert set_condition(conditions, "Completed", "True", "Other", "again", time="2026-02-02T00:00:00Z")
+    assert conditions[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # same status: the time stays
+    assert set_condition(conditions, "Failed", "True", "FailedJobs", "x", exclusive=EXCLUSIVE)
+    assert [(c["type"], c["status"]) for c in conditions] == [("Completed", "False"), ("Failed", "True")]
+    assert set_condition(conditions, "Suspended", "False", "Resumed", "r", add_false=True)
+    assert not set_condition(conditions, "Suspended", "False", "Resumed", "r", add_false=True)  # unchanged

@@ -415,10 +415,11 @@ def set_condition(
     *,
     exclusive: dict[str, str] | None = None,
     add_false: bool = False,
+    time: str | None = None,
 ) -> bool:
-    """Set a metav1.Condition in place: the transition time moves only when the status changes; a missing
-    False condition is added only with `add_false`. Whether anything changed."""
-    now = now_rfc3339()
+    """Set a metav1.Condition in place: the transition time (`time`, else now) moves only when the status
+    changes; a missing False condition is added only with `add_false`. Whether anything changed."""
+    now = time or now_rfc3339()
     changed = False
     found = False
     for current in conditions:
