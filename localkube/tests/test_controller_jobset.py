@@ -177,6 +177,24 @@ def test_a_failure_policy_restarts_every_job_until_max_restarts(kube: KubeClient
     assert recreated == [("again-workers-0", "1")]
 
 
+def test_a_failure_policy_rule_matching_the_failed_job_decides_its_action(kube: KubeClient) -> None:
+    script = {"default": FOREVER, "workers": {"duration": 0.05, "exit_code": 3}}
+    rules = [
+        {"name": "drivers", "action": "RestartJobSet", "targetReplicatedJobs": ["driver"]},
+        {"name": "fail", "action": "FailJobSet", "onJobFailureReasons": ["BackoffLimitExceeded"]},
+    ]
+    policy = {"maxRestarts": 3, "rules": rules}
+    create(kube, jobset("rule", script, rjob("driver"), rjob("workers"), failurePolicy=policy))
+    failed = until(kube, "rule", finished)
+
+    assert condition(failed, "Failed") == (
+        "True",
+        "FailJobSetFailurePolicyAction",
+        "applying FailJobSet failure policy action (first failed job: rule-workers-0)",
+    )
+    assert failed["status"]["restarts"] == 0  # the first rule targets the driver only: no restart
+
+
 def test_success_policy_any_over_a_target_completes_while_others_run(kube: KubeClient) -> None:
     script = {"default": FOREVER, "driver": {"duration": 0.05}}
     policy = {"operator": "Any", "targetReplicatedJobs": ["driver"]}

@@ -30,7 +30,9 @@ true, per replicated job `replicas` 1, `completionMode: Indexed`, `restartPolicy
   resuming unsuspends them.
 
 Simplified: no `RestartJob` actions (treated as `RestartJobSet`), no `BlockingRecreate` wait, no in-place
-restart, coordinator, exclusive placement, volume claim policies, TTL or `managedBy` handling.
+restart, coordinator, exclusive placement, volume claim policies, TTL or `managedBy` handling. The webhook's
+defaults are applied by the controller, after the CRD's validation: a failure policy rule without the `name`
+the webhook would default (`failurePolicyRule<i>`) is refused by the CRD schema.
 """
 
 from __future__ import annotations
