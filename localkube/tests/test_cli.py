@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -18,12 +19,21 @@ from localkube.controllers import CONTROLLER_NAMES
 MODULE = "localkube"
 
 
+CRDS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "crds"
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    with serving(tmp_path) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, *options: str) -> Iterator[tuple[str, Path]]:
     kubeconfig = tmp_path / "kubeconfig"
     command = [sys.executable, "-m", MODULE, "serve", "--port", "0", "--kubeconfig", str(kubeconfig)]
     with subprocess.Popen(
-        [*command, "--runtime", "none", "--no-controllers"], stdout=subprocess.PIPE, text=True
+        [*command, "--runtime", "none", "--no-controllers", *options], stdout=subprocess.PIPE, text=True
     ) as process:
         try:
             assert process.stdout is not None
@@ -71,6 +81,36 @@ def test_serve_and_fault(served: tuple[str, Path]) -> None:
             ("GET", 429),
             ("GET", 200),
         ]
+
+
+def test_serve_loads_crds_from_every_crd_dir(tmp_path: Path) -> None:
+    dirs = ("trainer.kubeflow.org-v1alpha1", "jobset.x-k8s.io-v1alpha2")
+    with serving(tmp_path, *(a for d in dirs for a in ("--crd-dir", str(CRDS / d)))) as (_, kubeconfig):
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        with client.ApiClient(configuration) as api:
+            custom = client.CustomObjectsApi(api)
+            trainjobs = custom.list_namespaced_custom_object(
+                "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
+            )
+            jobsets = custom.list_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", "default", "jobsets"
+            )
+            assert (trainjobs["items"], jobsets["items"]) == ([], [])
+            with pytest.raises(ApiException) as invalid:  # validated against the JobSet CRD
+                custom.create_namespaced_custom_object(
+                    "jobset.x-k8s.io",
+                    "v1alpha2",
+                    "default",
+                    "jobsets",
+                    {
+                        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                        "kind": "JobSet",
+                        "metadata": {"name": "x"},
+                        "spec": {"replicatedJobs": "not a list"},
+                    },
+                )
+            assert invalid.value.status == 422 and "replicatedJobs" in invalid.value.body
 
 
 @pytest.mark.parametrize(

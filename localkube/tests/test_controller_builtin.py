@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 from localkube.cluster import LocalKube
-from localkube.controllers.builtin import BatchJobController, ReplicaSetController
+from localkube.controllers.builtin import (
+    BatchJobController,
+    ReplicaSetController,
+    format_indexes,
+    parse_indexes,
+)
 from test_controller_support import SCRIPT, KubeClient
 
 
@@ -205,6 +210,50 @@ def test_a_suspended_job_has_no_pods_until_resumed(kube: KubeClient) -> None:
         ("Suspended", "False", "JobResumed")
     ]
     assert len(job_pods(kube, "pause")) == 1
+
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def test_indexed_job_runs_one_pod_per_index(kube: KubeClient) -> None:
+    template = pod_template({"default": {"duration": 0.05}})
+    template["spec"]["subdomain"] = "workers"
+    create_job(kube, "idx", template, completionMode="Indexed", completions=3, parallelism=2)
+    job = wait_job(kube, "idx", lambda j: job_condition(j) is not None)
+
+    assert job_condition(job) == ("Complete", "CompletionsReached")
+    assert (job.status.succeeded, job.status.completed_indexes) == (3, "0-2")
+    pods = sorted(job_pods(kube, "idx"), key=lambda p: int(p.metadata.labels[INDEX]))
+    assert [p.metadata.labels[INDEX] for p in pods] == ["0", "1", "2"]
+    for index, pod in enumerate(pods):
+        assert pod.metadata.annotations[INDEX] == str(index)
+        assert pod.metadata.name.startswith(f"idx-{index}-") and len(pod.metadata.name) == len("idx-0-") + 5
+        assert (pod.spec.hostname, pod.spec.subdomain) == (f"idx-{index}", "workers")
+        env = pod.spec.containers[0].env[0]
+        assert env.name == "JOB_COMPLETION_INDEX"
+        assert env.value_from.field_ref.field_path == f"metadata.annotations['{INDEX}']"
+        assert pod.status.phase == "Succeeded"
+
+
+def test_indexed_job_retries_a_failed_index_under_its_backoff_limit(kube: KubeClient) -> None:
+    # The index reaches the scripted runtime as the replica index: `worker-1` is the pod of index 1.
+    script = {"default": {"duration": 0.05}, "worker-1": {"exit_code": 4}}
+    template = pod_template(script, **{"training.kubeflow.org/replica-type": "worker"})
+    create_job(
+        kube, "retry", template, completionMode="Indexed", completions=2, parallelism=2, backoffLimit=2
+    )
+    job = wait_job(kube, "retry", lambda j: job_condition(j) is not None)
+
+    assert job_condition(job) == ("Failed", "BackoffLimitExceeded")
+    assert (job.status.failed, job.status.completed_indexes) == (3, "0")
+    by_index = sorted((p.metadata.labels[INDEX], p.status.phase) for p in job_pods(kube, "retry"))
+    assert by_index == [("0", "Succeeded"), ("1", "Failed"), ("1", "Failed"), ("1", "Failed")]
+
+
+def test_indexed_completion_ranges_read_as_the_job_controller_writes_them() -> None:
+    assert format_indexes({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    assert format_indexes(set()) == ""
+    assert parse_indexes("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}
 
 
 def test_job_follows_a_parallelism_change(kube: KubeClient) -> None:

@@ -3,12 +3,14 @@
 the outcome, and helpers that read the localkube store directly (replica pods, leftover children).
 
 localkube's default controllers emulate every kind here: EDL, both legacy MXNet operators, the MPI Operator's
-v2beta1 MPIJob and every T9k kind (TensorFlow/PyTorch/XGBoost training jobs, GenericJob, DeepSpeedJob,
-ColossalAIJob and MPIJob).
+v2beta1 MPIJob, every T9k kind (TensorFlow/PyTorch/XGBoost training jobs, GenericJob, DeepSpeedJob,
+ColossalAIJob and MPIJob) and Kubeflow Trainer v2's TrainJob (on localkube's JobSet and Trainer controllers,
+under upstream's torch-distributed ClusterTrainingRuntime).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,16 +18,20 @@ from functools import cached_property
 from typing import Any
 
 import pytest
+import yaml
 from localkube.cluster import LocalKube
 from localkube.resources import BATCH_JOBS, PODS, REPLICASETS, SERVICES
 from localkube.runtime import ANNOTATION
 
 from airflow_provider_training import operators, sensors
 from airflow_provider_training.kinds import JobKind, get_kind
-from tests.fixtures import CRDS
+from tests.fixtures import CRDS, EXAMPLES
 from tests.operators.harness import KINDS, NAMESPACE, KindCase, manifest, serve
 
 T9K = "batch.tensorstack.dev/v1beta1"
+TORCH_RUNTIME = yaml.safe_load(
+    (EXAMPLES / "trainer-v2.3.0" / "runtimes" / "torch_distributed.yaml").read_text()
+)
 IMAGE = "localkube/scripted:latest"
 CHILD_TYPES = (PODS, SERVICES, BATCH_JOBS, REPLICASETS)
 
@@ -169,6 +175,16 @@ def mpi_operator() -> dict[str, Any]:
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "spec": spec}
 
 
+def trainjob() -> dict[str, Any]:
+    """A two-node TrainJob on upstream's torch-distributed runtime (the family cluster creates it)."""
+    trainer = {"numNodes": 2, "image": IMAGE, "command": ["torchrun", "train.py"]}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "spec": {"runtimeRef": {"name": TORCH_RUNTIME["metadata"]["name"]}, "trainer": trainer},
+    }
+
+
 def deepspeed() -> dict[str, Any]:
     worker = {"replicas": 2, "restartPolicy": "Never", "template": _template("worker")}
     return {"apiVersion": T9K, "kind": "DeepSpeedJob", "spec": {"worker": worker}}
@@ -258,7 +274,12 @@ MPI_OPERATOR_CASE = FamilyCase(
     "launcher",
     "launcher",
 )
-LOCAL_CASES = [*CASES, MPI_OPERATOR_CASE]
+# Kubeflow Trainer v2: node 0 decides (there is no launcher under torch); localkube only (the real tier's
+# families cluster does not serve JobSet or the Trainer CRDs).
+TRAINJOB_CASE = FamilyCase(
+    "TrainJob", operators.TrainJobOperator, sensors.TrainJobSensor, trainjob, "node-0", "node-0"
+)
+LOCAL_CASES = [*CASES, MPI_OPERATOR_CASE, TRAINJOB_CASE]
 
 
 def _kubeflow(case: KindCase) -> FamilyCase:
@@ -282,9 +303,28 @@ KUBEFLOW_CASES = [_kubeflow(case) for case in KINDS]
 @pytest.fixture(scope="module")
 def family_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
     """A localkube with the default controllers, for one test module; it also serves the MPI Operator's
-    v2beta1 MPIJob (its CRD: a real cluster serves one of the two mpijobs.kubeflow.org)."""
-    with serve(tmp_path_factory, crd_dir=CRDS / "kubeflow.org-v2beta1") as kube:
+    v2beta1 MPIJob (its CRD: a real cluster serves one of the two mpijobs.kubeflow.org), JobSet and the
+    Trainer v2 kinds, with upstream's torch-distributed ClusterTrainingRuntime."""
+    crds = [
+        CRDS / "kubeflow.org-v2beta1",
+        CRDS / "trainer.kubeflow.org-v1alpha1",
+        CRDS / "jobset.x-k8s.io-v1alpha2",
+    ]
+    with serve(tmp_path_factory, crd_dir=crds) as kube:
+        runtimes = kube.store.resource_type("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
+        kube.store.create(runtimes, "", TORCH_RUNTIME)
+        kube.store.create(runtimes, "", never_restarting(TORCH_RUNTIME))
         yield kube
+
+
+def never_restarting(runtime: dict[str, Any]) -> dict[str, Any]:
+    """The runtime named `<name>-never` whose pods have `restartPolicy: Never` (JobSet defaults it to
+    OnFailure, under which a failing node restarts until its Job's backoffLimit, then its pod is deleted)."""
+    runtime = copy.deepcopy(runtime)
+    runtime["metadata"]["name"] += "-never"
+    for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        rjob["template"]["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+    return runtime
 
 
 # -- reading the store -------------------------------------------------------------------------------------

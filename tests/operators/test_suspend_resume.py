@@ -1,5 +1,6 @@
 """Suspend and resume through the kind's own field: T9k pause/resume while an operator waits (both modes),
-Kubeflow runPolicy.suspend, and a clear refusal for APIs that cannot pause, before any request."""
+Kubeflow runPolicy.suspend, the MPI Operator's v2beta1 MPIJob and the Trainer v2 TrainJob while an operator
+waits, and a clear refusal for APIs that cannot pause, before any request."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from airflow_provider_training.operators import (
 from tests.operators.families import (
     CASES,
     MPI_OPERATOR_CASE,
+    TRAINJOB_CASE,
     family_cluster,
     job_or_none,
     kill,
@@ -101,19 +103,28 @@ def test_kubeflow_job_suspended_and_resumed(family_cluster):
     family_cluster.store.delete(rt, NAMESPACE, "to-suspend")
 
 
+# Per case: the script selector whose gate ends the job (`default`: every replica must finish) and the
+# reason of the Suspended=False condition the controller writes on resume.
+SUSPENDABLE = [(MPI_OPERATOR_CASE, "launcher", "MPIJobResumed"), (TRAINJOB_CASE, "default", "Resumed")]
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_mpi_operator_job_suspended_and_resumed_while_an_operator_waits(family_cluster, mode, capsys):
-    """The v2beta1 MPIJob on localkube's MPI Operator: suspending deletes the workers and the launcher's pod,
+@pytest.mark.parametrize(("case", "ending", "resumed_reason"), SUSPENDABLE, ids=lambda v: str(v))
+def test_job_suspended_and_resumed_while_an_operator_waits(
+    family_cluster, case, ending, resumed_reason, mode, capsys
+):
+    """The v2beta1 MPIJob on localkube's MPI Operator, and the TrainJob on its Trainer and JobSet controllers:
+    suspending deletes the pods (the MPI launcher's, the TrainJob's nodes: their batch Jobs are suspended),
     resuming runs them again, and the waiting operator sees the job through to success."""
-    case = MPI_OPERATOR_CASE
-    gate = f"mpi-v2beta1-resumed-{mode}"
-    script = {"default": {"duration": None}, "launcher": {"duration": 0, "gate": gate}}
+    gate = f"{case.id}-resumed-{mode}"
+    script = {"default": {"duration": None}, ending: {"duration": 0, "gate": gate}}
     op = case.make_operator(script)
     worker, outcome = in_thread(lambda: run_operator(op, make_context(), mode))
     name = wait_for(
         lambda: op._job_ref and running(family_cluster, case, op._job_ref.name) and op._job_ref.name
     )
-    control = {"job_name": name, "kind": "MPIJob", "api_version": "kubeflow.org/v2beta1"}
+    kind = case.job_kind
+    control = {"job_name": name, "kind": kind.kind, "api_version": kind.api_version}
 
     TrainingJobSuspendOperator(task_id="suspend", **control).execute(make_context())
     wait_for(lambda: not replica_pods(family_cluster, case, name))
@@ -125,8 +136,8 @@ def test_mpi_operator_job_suspended_and_resumed_while_an_operator_waits(family_c
     assert outcome.get("result", {}).get("state") == "Succeeded", outcome
     conditions = job_or_none(family_cluster, case, name)["status"]["conditions"]
     suspended = next(c for c in conditions if c["type"] == "Suspended")
-    assert (suspended["status"], suspended["reason"]) == ("False", "MPIJobResumed")
-    assert f"MPIJob default/{name} is Suspended" in capsys.readouterr().out  # the waiter saw it
+    assert (suspended["status"], suspended["reason"]) == ("False", resumed_reason)
+    assert f"{kind.kind} default/{name} is Suspended" in capsys.readouterr().out  # the waiter saw it
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.t9k], ids=str)

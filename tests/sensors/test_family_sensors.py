@@ -1,6 +1,6 @@
-"""The EDL, legacy MXNet, T9k and MPI Operator v2beta1 sensors against localkube, in poke and deferrable
-mode: each waits for an existing job's success and fails, naming the deciding replica's exit code, when the
-job fails."""
+"""The EDL, legacy MXNet, T9k, MPI Operator v2beta1 and Trainer v2 TrainJob sensors against localkube, in
+poke and deferrable mode: each waits for an existing job's success and fails, naming the deciding replica's
+exit code, when the job fails."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from airflow_provider_training.results import TrainingJobSensorError
-from tests.operators.families import LOCAL_CASES, family_cluster, kill
+from tests.operators.families import LOCAL_CASES, TORCH_RUNTIME, TRAINJOB_CASE, family_cluster, kill
 from tests.operators.harness import MODES, NAMESPACE, make_context, run_operator
 
 __all__ = ["family_cluster"]
@@ -49,6 +49,10 @@ def test_failure_names_the_deciding_replica(family_cluster, case, mode):
         # A poke sees the job only once it ended; by then the default cleanupPodPolicy All has deleted the
         # chief's pod, and with it its exit code (a deferred wait watches the pod while it runs).
         spec["cleanupPodPolicy"] = "None"
+    if mode == "sync" and case is TRAINJOB_CASE:
+        # Likewise: under JobSet's default restartPolicy OnFailure the failing node restarts until its Job's
+        # backoffLimit, then the Job controller deletes its pod; a runtime whose pods never restart keeps it.
+        spec["runtimeRef"] = {"name": f"{TORCH_RUNTIME['metadata']['name']}-never"}
     create(family_cluster, case, name, script, **spec)
 
     with pytest.raises(TrainingJobSensorError) as failure:

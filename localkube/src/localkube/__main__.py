@@ -43,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
     serve.add_argument("--kubeconfig", required=True, type=Path, help="where to write the kubeconfig")
     serve.add_argument("--runtime", default="scripted", choices=("scripted", "process", "none"))
-    serve.add_argument("--crd-dir", type=Path, help="validate custom objects against these CRD YAMLs")
+    serve.add_argument(
+        "--crd-dir",
+        type=Path,
+        action="append",
+        help="serve and validate the custom resources of these CRD YAMLs (repeat for several directories)",
+    )
     serve.add_argument("--no-controllers", action="store_true", help="serve the API only")
     serve.add_argument(
         "--controllers",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ class LocalKube:
 
     `controllers`: None starts `localkube.controllers.default_controllers()`; pass `[]` for none.
     `runtime`: "scripted" | "process"; None or "none" starts no pod runtime.
+    `crd_dir`: a directory of CRD YAMLs (searched recursively), or several.
     `namespaces`: created besides the ones every cluster has (default, kube-system, kube-public,
     kube-node-lease); like a real server, localkube answers 404 for an object in any other namespace.
     """
@@ -33,7 +34,7 @@ class LocalKube:
         self,
         *,
         runtime: str | None = "scripted",
-        crd_dir: str | Path | None = None,
+        crd_dir: str | Path | Sequence[str | Path] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
@@ -77,10 +78,11 @@ class LocalKube:
                     raise
 
     # -- schema --------------------------------------------------------------------------------------------
-    def _load_crds(self, crd_dir: str | Path) -> None:
+    def _load_crds(self, crd_dir: str | Path | Sequence[str | Path]) -> None:
         from localkube.schema import SchemaRegistry
 
-        self.schema = SchemaRegistry.from_dir(crd_dir)
+        dirs = [crd_dir] if isinstance(crd_dir, (str, Path)) else list(crd_dir)
+        self.schema = SchemaRegistry.from_dirs(dirs)
         for crd in self.schema.crds():
             self.store.register(
                 ResourceType(

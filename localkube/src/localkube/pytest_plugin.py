@@ -8,8 +8,9 @@ load by hand:
 - ``localkube_conn``: the id of an Airflow ``kubernetes`` connection (``kubernetes_default``) pointing at it;
 - ``localkube_async``: the same cluster started in the running loop of an async test.
 
-Override ``localkube_runtime`` ("scripted" or "process"), ``localkube_crd_dir`` (a directory of CRD YAMLs,
-to validate custom objects against their schemas) or ``localkube_namespaces`` (namespaces to create besides
+Override ``localkube_runtime`` ("scripted" or "process"), ``localkube_crd_dir`` (a directory of CRD
+YAMLs, or a list of them, to serve and validate custom objects against their schemas) or
+``localkube_namespaces`` (namespaces to create besides
 ``default``, ``kube-system``, ``kube-public`` and ``kube-node-lease``) in your own conftest to change how the
 cluster starts. As on a real cluster, objects can only be created in namespaces that exist; a test can also
 call ``localkube.create_namespaces("team-a")``.
@@ -35,8 +36,9 @@ def localkube_runtime() -> str:
 
 
 @pytest.fixture
-def localkube_crd_dir() -> str | None:
-    """A directory of CRD YAMLs to validate against; None serves built-in definitions unvalidated."""
+def localkube_crd_dir() -> str | list[str] | None:
+    """A directory of CRD YAMLs (or a list of them) to validate against; None serves built-in definitions
+    unvalidated."""
     return None
 
 
@@ -49,7 +51,7 @@ def localkube_namespaces() -> tuple[str, ...]:
 @pytest.fixture
 def localkube(
     localkube_runtime: str,
-    localkube_crd_dir: str | None,
+    localkube_crd_dir: str | list[str] | None,
     localkube_namespaces: tuple[str, ...],
     tmp_path: Path,
 ) -> Iterator[LocalKube]:
@@ -84,7 +86,7 @@ else:
     @pytest_asyncio.fixture
     async def localkube_async(
         localkube_runtime: str,
-        localkube_crd_dir: str | None,
+        localkube_crd_dir: str | list[str] | None,
         localkube_namespaces: tuple[str, ...],
         tmp_path: Path,
     ) -> AsyncIterator[LocalKube]:

@@ -479,6 +479,20 @@ class SchemaRegistry:
                 cls._loaded[signature] = registry
         return registry
 
+    @classmethod
+    def from_dirs(cls, paths: Iterable[str | Path]) -> SchemaRegistry:
+        """The CRDs of several directories (each loaded as by :meth:`from_dir`; a later one's wins)."""
+        registries = [cls.from_dir(path) for path in paths]
+        if len(registries) == 1:
+            return registries[0]
+        key = ("dirs", *(id(registry) for registry in registries))  # the parts are cached, so their ids hold
+        with cls._loaded_lock:
+            combined = cls._loaded.get(key)
+            if combined is None:
+                combined = cls(v for registry in registries for v in registry._versions.values())
+                cls._loaded[key] = combined
+        return combined
+
     def crds(self) -> list[CrdInfo]:
         """Every served version, sorted by group, plural and version."""
         return sorted((v.info for v in self._versions.values()), key=lambda i: (i.group, i.plural, i.version))

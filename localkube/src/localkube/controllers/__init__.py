@@ -16,13 +16,25 @@ class Controller(Protocol):
 
 
 # The controllers by the names `localkube agent --controllers` takes, in the order a cluster starts them.
-CONTROLLER_NAMES = ("kubeflow", "batch", "replicaset", "edl", "mxnet-legacy", "t9k", "mpi-operator", "gates")
+CONTROLLER_NAMES = (
+    "kubeflow",
+    "batch",
+    "replicaset",
+    "edl",
+    "mxnet-legacy",
+    "t9k",
+    "mpi-operator",
+    "jobset",
+    "trainer",
+    "gates",
+)
 
 
 def controllers_named(names: Iterable[str]) -> list[Controller]:
     """The controllers of these names (see `CONTROLLER_NAMES`); ValueError for an unknown name."""
     from localkube.controllers.builtin import BatchJobController, ReplicaSetController
     from localkube.controllers.gates import GateController
+    from localkube.controllers.jobset import JobSetController
     from localkube.controllers.kubeflow import KubeflowController
     from localkube.controllers.mpi_operator import MpiOperatorController
     from localkube.controllers.mxnet_legacy import LegacyMxnetController
@@ -30,6 +42,7 @@ def controllers_named(names: Iterable[str]) -> list[Controller]:
     from localkube.controllers.tensorstack import TensorStackController
     from localkube.controllers.tensorstack_generic import GenericJobController
     from localkube.controllers.tensorstack_siblings import SiblingController
+    from localkube.controllers.trainer import TrainJobController
 
     factories: dict[str, list[type]] = {
         "kubeflow": [KubeflowController],
@@ -39,6 +52,8 @@ def controllers_named(names: Iterable[str]) -> list[Controller]:
         "mxnet-legacy": [LegacyMxnetController],
         "t9k": [TensorStackController, GenericJobController, SiblingController],
         "mpi-operator": [MpiOperatorController],
+        "jobset": [JobSetController],
+        "trainer": [TrainJobController],
         "gates": [GateController],
     }
     wanted = _checked(names)
@@ -47,7 +62,9 @@ def controllers_named(names: Iterable[str]) -> list[Controller]:
 
 def custom_types_of(names: Iterable[str]) -> list[ResourceType]:
     """The custom resource types the named controllers reconcile (what an agent must watch for them)."""
+    from localkube.controllers.jobset import JOBSETS
     from localkube.controllers.mpi_operator import MPIJOBS_V2BETA1
+    from localkube.controllers.trainer import TRAINER_TYPES
     from localkube.resources import KUBEFLOW_V1, LEGACY, TENSORSTACK
 
     types = {
@@ -56,6 +73,8 @@ def custom_types_of(names: Iterable[str]) -> list[ResourceType]:
         "mxnet-legacy": LEGACY[1:],
         "t9k": TENSORSTACK,
         "mpi-operator": (MPIJOBS_V2BETA1,),
+        "jobset": (JOBSETS,),
+        "trainer": TRAINER_TYPES,
     }
     wanted = _checked(names)
     return [rt for name in CONTROLLER_NAMES if name in wanted for rt in types.get(name, ())]
@@ -73,7 +92,8 @@ def _checked(names: Iterable[str]) -> set[str]:
 def default_controllers() -> list[Controller]:
     """Every controller a default localkube runs: the Kubeflow Training Operator v1 kinds, the legacy APIs
     (EDL, both legacy MXNet operators, T9k training jobs, GenericJob, DeepSpeedJob, MPIJob and
-    ColossalAIJob), the MPI Operator's v2beta1 MPIJob (when its CRD is loaded) and the batch Job /
+    ColossalAIJob), the MPI Operator's v2beta1 MPIJob, JobSet and Kubeflow Trainer v2's TrainJob (each when
+    its CRDs are loaded) and the batch Job /
     ReplicaSet controllers EDL, mlkube and the MPI launcher need. Not ``gates``: in-process,
     tests open gates directly."""
     return controllers_named(name for name in CONTROLLER_NAMES if name != "gates")

@@ -12,12 +12,20 @@ pod runtime, the kubelet's part, runs them) and write the owner's `.status`:
   `succeeded`/`failed`/`startTime`/`completionTime` and a `Complete` or `Failed` condition (reasons
   `CompletionsReached`, `BackoffLimitExceeded`, `DeadlineExceeded`). A changed `parallelism` is followed
   at once; `spec.suspend` deletes the active pods (`Suspended`, `JobSuspended`; `JobResumed` after).
+  `completionMode: Indexed`: one pod per index `0..completions-1` (`parallelism` at once, lowest
+  first) named `<job>-<index>-<5 random>`, with the label and annotation
+  `batch.kubernetes.io/job-completion-index`, hostname `<job>-<index>` (the template's `subdomain`
+  kept), env `JOB_COMPLETION_INDEX` from that annotation; complete once every index has a succeeded pod
+  (`completedIndexes`, e.g. `0-2,5`); a failed index gets a new pod while `backoffLimit` allows (failed
+  pods counted as the real Job does; no `backoffLimitPerIndex`).
 - **ReplicaSet**: `replicas` pods named `<rs>-<5 random>` with the template's labels and an ownerReference;
   status `replicas`, `fullyLabeledReplicas`, `readyReplicas`, `availableReplicas`, `observedGeneration`.
 
 Simplified: no pod-creation backoff delay after failures and no slow-start batches; the apiserver's Job
 defaulting (`spec.selector`, template labels) is not written back: pods are matched by their controller
-ownerReference. Succeeded/failed counters never go down, so pods deleted after they finished stay counted.
+ownerReference. Succeeded/failed counters never go down, so pods deleted after they finished stay counted;
+a pod deleted as it fails, before this controller saw it Failed, is not counted (the real controller
+counts it through its finalizer), nor are pods that failed while it did not run.
 
 The helpers at the end are shared by localkube's legacy-API controllers (EDL, legacy MXNet, T9k).
 """
@@ -52,6 +60,8 @@ DEFAULT_BACKOFF_LIMIT = 6
 BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 COMPLETE_MESSAGE = "Reached expected number of succeeded pods"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX}']"
 
 
 class WorkloadController(ReconcileLoop):
@@ -106,8 +116,15 @@ class BatchJobController(WorkloadController):
         if completions is None and spec.get("parallelism") is None:
             completions = 1  # the apiserver's default for a non-parallel Job
         parallelism = int(spec.get("parallelism", 1))
+        indexed = spec.get("completionMode") == "Indexed" and completions is not None
         active = [p for p in pods if is_active(p)]
-        succeeded = max(int(status.get("succeeded") or 0), sum(phase(p) == "Succeeded" for p in pods))
+        done = _completed_indexes(status, pods) if indexed else set()
+        if indexed:
+            if done:
+                status["completedIndexes"] = format_indexes(done)
+            succeeded = len(done)
+        else:
+            succeeded = max(int(status.get("succeeded") or 0), sum(phase(p) == "Succeeded" for p in pods))
         failed = max(int(status.get("failed") or 0), sum(phase(p) == "Failed" for p in pods))
         failure = self._failure(spec, status, active, failed)
         if failure is not None:
@@ -115,6 +132,8 @@ class BatchJobController(WorkloadController):
                 delete_quietly(self.store, PODS, pod)
             failed += len(active)
             active = []
+        elif indexed:
+            active = self._scale_indexed(job, active, done, int(completions or 0), parallelism)
         elif completions is None and succeeded:
             pass  # work-queue Job: no new pods after a success; the others finish on their own
         else:
@@ -178,14 +197,45 @@ class BatchJobController(WorkloadController):
             active.remove(pod)
         return active
 
-    def _create_pod(self, job: dict) -> dict:
+    def _scale_indexed(
+        self, job: dict, active: list[dict], done: set[int], completions: int, parallelism: int
+    ) -> list[dict]:
+        """`completionMode: Indexed`: one pod per index not succeeded yet, lowest first, `parallelism` at
+        most; a pod of an index that succeeded meanwhile (or out of range) goes."""
+        running: dict[int, dict] = {}
+        for pod in active:
+            index = pod_completion_index(pod)
+            if index is None or index in done or index >= completions or index in running:
+                delete_quietly(self.store, PODS, pod)
+            else:
+                running[index] = pod
+        missing = [i for i in range(completions) if i not in done and i not in running]
+        for index in missing[: max(parallelism - len(running), 0)]:
+            running[index] = self._create_pod(job, index)
+        return list(running.values())
+
+    def _create_pod(self, job: dict, index: int | None = None) -> dict:
         meta = job["metadata"]
         labels = {
             **dict.fromkeys(JOB_LABELS, meta["uid"]),
             **dict.fromkeys(JOB_NAME_LABELS, meta["name"]),
         }
         template = (job.get("spec") or {}).get("template") or {}
-        return create_pod(self.store, job, template, labels, component="job-controller")
+        if index is None:
+            return create_pod(self.store, job, template, labels, component="job-controller")
+        template = copy.deepcopy(template)
+        labels[COMPLETION_INDEX] = str(index)
+        tmeta = template.setdefault("metadata", {})
+        tmeta["annotations"] = {**(tmeta.get("annotations") or {}), COMPLETION_INDEX: str(index)}
+        pod_spec = template.setdefault("spec", {})
+        pod_spec["hostname"] = f"{meta['name']}-{index}"
+        index_env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}}
+        for container in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
+            env = [e for e in container.get("env") or [] if e.get("name") != "JOB_COMPLETION_INDEX"]
+            container["env"] = [index_env, *env]
+        return create_pod(
+            self.store, job, template, labels, component="job-controller", prefix=f"{meta['name']}-{index}-"
+        )
 
 
 class ReplicaSetController(WorkloadController):
@@ -251,8 +301,10 @@ def create_pod(
     *,
     component: str,
     name: str | None = None,
+    prefix: str | None = None,
 ) -> dict:
-    """A pod from a pod template, controlled by `owner`; named `<owner>-<5 random>` unless `name` is given.
+    """A pod from a pod template, controlled by `owner`; named `<owner>-<5 random>` (`<prefix><5 random>`)
+    unless `name` is given.
 
     When the API refuses it (a template without containers: 422), the Warning event `FailedCreate`
     ("Error creating: <the API's message>") goes on the owner, as from Kubernetes' controllers, and the
@@ -266,7 +318,7 @@ def create_pod(
     if name:
         metadata["name"] = name
     else:
-        metadata["generateName"] = f"{owner['metadata']['name']}-"
+        metadata["generateName"] = prefix or f"{owner['metadata']['name']}-"
     if tmeta.get("annotations"):
         metadata["annotations"] = tmeta["annotations"]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec") or {}}
@@ -276,6 +328,16 @@ def create_pod(
         if exc.code != 409:
             record_event(store, owner, "Warning", "FailedCreate", f"Error creating: {exc.message}", component)
         raise
+
+
+def served(store: ClusterApi, rt: ResourceType) -> bool:
+    """Whether the cluster serves `rt` (a custom type: its CRD loaded)."""
+    key = (rt.group, rt.version, rt.plural)
+    return any((t.group, t.version, t.plural) == key for t in store.resource_types())
+
+
+def same_type(a: ResourceType, b: ResourceType) -> bool:
+    return (a.group, a.version, a.plural) == (b.group, b.version, b.plural)
 
 
 def get_live(store: ClusterApi, rt: ResourceType, namespace: str, name: str) -> dict | None:
@@ -347,6 +409,45 @@ def add_condition(status: dict, type_: str, reason: str, message: str) -> None:
             "message": message,
         }
     )
+
+
+def pod_completion_index(pod: dict) -> int | None:
+    """An Indexed Job's pod's index (its annotation, as the Job controller reads it), None if unreadable."""
+    meta = pod["metadata"]
+    value = (meta.get("annotations") or {}).get(
+        COMPLETION_INDEX, (meta.get("labels") or {}).get(COMPLETION_INDEX)
+    )
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _completed_indexes(status: dict, pods: list[dict]) -> set[int]:
+    """The indexes with a succeeded pod, now or before (`status.completedIndexes`: pods may be gone)."""
+    done = parse_indexes(status.get("completedIndexes") or "")
+    done.update(i for p in pods if phase(p) == "Succeeded" and (i := pod_completion_index(p)) is not None)
+    return done
+
+
+def parse_indexes(text: str) -> set[int]:
+    """`"0-2,5"` as {0, 1, 2, 5}."""
+    found: set[int] = set()
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        found.update(range(int(first), int(last or first) + 1))
+    return found
+
+
+def format_indexes(indexes: set[int]) -> str:
+    """{0, 1, 2, 5} as `"0-2,5"`, as the Job controller writes `completedIndexes`."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _without_zero_counters(status: dict, keep: Iterable[str] = ("ready",)) -> dict:

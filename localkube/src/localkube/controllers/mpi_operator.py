@@ -41,6 +41,8 @@ from localkube.controllers.builtin import (
     folded_script,
     get_live,
     owner_reference,
+    same_type,
+    served,
     with_script,
 )
 from localkube.controllers.kubeflow import controller_ref, phase
@@ -74,18 +76,14 @@ HOSTFILE_ENV = {
 class MpiOperatorController(ReconcileLoop):
     """Reconciles `kubeflow.org/v2beta1` MPIJobs on their own changes and their pods' and launcher Jobs'."""
 
-    def _served(self) -> bool:
-        key = (MPIJOBS_V2BETA1.group, MPIJOBS_V2BETA1.version, MPIJOBS_V2BETA1.plural)
-        return any((rt.group, rt.version, rt.plural) == key for rt in self.store.resource_types())
-
     def initial_keys(self) -> list[Hashable]:
-        if not self._served():
+        if not served(self.store, MPIJOBS_V2BETA1):
             return []
         return [(j["metadata"]["namespace"], j["metadata"]["name"]) for j in self.store.list(MPIJOBS_V2BETA1)]
 
     def keys_for_event(self, event: WatchEvent) -> list[Hashable]:
         meta = event.object["metadata"]
-        if _same_type(event.rt, MPIJOBS_V2BETA1):
+        if same_type(event.rt, MPIJOBS_V2BETA1):
             return [] if event.type == "DELETED" else [(meta["namespace"], meta["name"])]
         labels = meta.get("labels") or {}
         if event.rt == PODS and labels.get(OPERATOR_LABEL) == OPERATOR_NAME and JOB_NAME in labels:
@@ -334,10 +332,6 @@ class _MpiJob:
             if exc.code == 404:
                 return None
             raise
-
-
-def _same_type(a: ResourceType, b: ResourceType) -> bool:
-    return (a.group, a.version, a.plural) == (b.group, b.version, b.plural)
 
 
 def _true_condition(status: dict, type_: str) -> dict | None:

@@ -26,11 +26,23 @@ from localkube.runtime.script import (
 )
 from localkube.store import ApiError
 
-MAX_OWNER_DEPTH = 3
+MAX_OWNER_DEPTH = 3  # pod -> batch Job -> JobSet -> TrainJob
+REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 UNSCHEDULABLE_MESSAGE = (
     "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: "
     "1 No preemption victims found for incoming pod."
 )
+
+
+def replica_of(labels: dict[str, str]) -> tuple[str | None, str | None]:
+    """The pod's replica type and index for script selectors: the `...replica-type`/`...replica-index`
+    labels of the training operators, else a JobSet pod's replicated job
+    (`jobset.sigs.k8s.io/replicatedjob-name`: `node`, `launcher`) and an Indexed Job pod's
+    `batch.kubernetes.io/job-completion-index` (so `node-1` selects the node of rank 1)."""
+    rtype = next((v for k, v in labels.items() if k.endswith("replica-type")), None)
+    index = next((v for k, v in labels.items() if k.endswith("replica-index")), None)
+    return rtype or labels.get(REPLICATED_JOB), index or labels.get(COMPLETION_INDEX)
 
 
 @dataclass
@@ -112,9 +124,7 @@ class ScriptedRuntime(Kubelet):
         )
 
     def step_for(self, inst: PodInstance, container: str, attempt: int) -> Step:
-        labels = inst.labels
-        rtype = next((v for k, v in labels.items() if k.endswith("replica-type")), None)
-        index = next((v for k, v in labels.items() if k.endswith("replica-index")), None)
+        rtype, index = replica_of(inst.labels)
         return resolve_step(
             self.script_of(inst),
             pod=inst.name,
@@ -195,14 +205,14 @@ class ScriptedRuntime(Kubelet):
                 attempt=0,
             )
         await asyncio.sleep(step.start_delay)
-        labels = inst.labels
+        rtype, index = replica_of(inst.labels)
         values = {
             "pod": inst.name,
             "container": name,
             "namespace": inst.namespace,
             "attempt": str(attempt),
-            "type": next((v for k, v in labels.items() if k.endswith("replica-type")), ""),
-            "index": next((v for k, v in labels.items() if k.endswith("replica-index")), ""),
+            "type": rtype or "",
+            "index": index or "",
         }
         return _ScriptedRun(self, inst, name, step, values)
 
