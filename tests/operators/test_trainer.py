@@ -1,9 +1,14 @@
-"""TrainJobOperator, TrainJobSensor and the generic suspend/resume operators against localkube over HTTP, with
-the upstream Trainer v2.3.0 CRDs loaded (tests/fixtures/crds).
+"""TrainJobOperator and TrainJobSensor against the Trainer controller's status shapes, written by hand:
+localkube over HTTP with the upstream Trainer v2.3.0 CRDs loaded (tests/fixtures/crds) and no controller.
 
-localkube has no Trainer, JobSet or batch Job controller yet: each test writes the TrainJob's status and its
-pods (labelled as JobSet's batch Jobs label them) itself, as those controllers would. Deferrable runs write
-them only after the task deferred, sync runs once the operator submitted: no step bets on timing.
+The acceptance table (success, failure, deleted while waiting, reattach, on_kill, suspend and resume, the
+sensor) runs on localkube's Trainer, JobSet and batch Job controllers with the other families'
+(``TRAINJOB_CASE`` in tests/operators/families.py), and upstream's runtimes and examples in
+test_trainer_examples.py. What stays here is what those controllers do not produce or what is the operator's
+own: recorded status shapes with ``trainerStatus``, the runtime check before submit, bad specs, a TrainJob
+no controller answers (kubeflow/trainer#2351), and progress lines in the task log. Each test writes the
+TrainJob's status and its pods (labelled as JobSet's batch Jobs label them) after the task submitted or
+deferred: no step bets on timing.
 """
 
 from __future__ import annotations
@@ -19,8 +24,6 @@ from localkube.resources import PODS
 
 from airflow_provider_training.kinds import get_kind
 from airflow_provider_training.operators import (
-    TrainingJobResumeOperator,
-    TrainingJobSuspendOperator,
     TrainJobOperator,
 )
 from airflow_provider_training.operators.trainer import TrainingRuntimeNotFound
@@ -234,19 +237,6 @@ def test_a_whole_manifest_works_too_and_the_arguments_exclude_each_other(kube):
         TrainJobOperator(task_id="t", runtime=RUNTIME, runtime_kind="Runtime")
 
 
-def test_suspend_and_resume_go_through_the_generic_operators(kube):
-    job = operator(wait_until=None).execute(make_context())["name"]
-    stored = lambda: kube.store.get(rtype(kube, "trainjobs"), NAMESPACE, job)  # noqa: E731
-
-    TrainingJobSuspendOperator(task_id="s", job_name=job, kind="TrainJob").execute(make_context())
-    assert stored()["spec"]["suspend"] is True
-    set_status(kube, job, {"conditions": [condition("Suspended", "Suspended", "TrainJob is suspended")]})
-
-    resumed = TrainingJobResumeOperator(task_id="r", job_name=job, kind="TrainJob").execute(make_context())
-    assert stored()["spec"]["suspend"] is False
-    assert resumed["state"] == "Suspended"  # until the controller writes Resumed, as it would
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_sensor_returns_the_finished_jobs_result(kube, mode):
     job = operator(wait_until=None).execute(make_context())["name"]
@@ -257,17 +247,6 @@ def test_sensor_returns_the_finished_jobs_result(kube, mode):
     result = sensor.execute(make_context())
 
     assert (result["state"], result["progress"]) == ("Succeeded", TRAINER_STATUS)
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_deleted_while_waiting_says_so(kube, mode):
-    def delete(job: str) -> None:
-        kube.store.delete(rtype(kube, "trainjobs"), NAMESPACE, job)
-
-    with pytest.raises(TrainingJobError) as failure:
-        run_driven(operator(), mode, delete)
-
-    assert failure.value.status == "deleted"
 
 
 @pytest.mark.parametrize("mode", MODES)
