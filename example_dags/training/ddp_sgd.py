@@ -1,8 +1,9 @@
 """Data-parallel training of a small classifier, one process per PyTorchJob replica.
 
 Every replica reads the rendezvous exactly as a PyTorchJob provides it: MASTER_ADDR, MASTER_PORT, WORLD_SIZE
-and RANK. Each replica trains on its own shard of the data; after every step the gradients are averaged across
-all replicas (an all-reduce), so every replica holds the same weights, as DistributedDataParallel does.
+and RANK (or, in a Kubeflow Trainer v2 TrainJob, the PET_* variables torchrun reads, one process per node).
+Each replica trains on its own shard of the data; after every step the gradients are averaged across all
+replicas (an all-reduce), so every replica holds the same weights, as DistributedDataParallel does.
 
 With torch installed (and ``--backend auto``) the same training runs as torch DDP over gloo.
 Without it, a numpy implementation exchanges gradients over TCP: rank 0 (the Master) listens on MASTER_PORT,
@@ -23,7 +24,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -209,6 +210,25 @@ def torch_available() -> bool:
     return True
 
 
+def rendezvous(env: Mapping[str, str]) -> tuple[int, int, str, int]:
+    """(rank, world size, master address, master port) as a PyTorchJob sets them (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT), else as a Trainer v2 TrainJob's torch runtime does for torchrun (PET_NODE_RANK,
+    PET_NNODES, PET_MASTER_ADDR, PET_MASTER_PORT), with one process per node as torchrun would start."""
+    if "RANK" not in env and "PET_NODE_RANK" in env:
+        return (
+            int(env["PET_NODE_RANK"]),
+            int(env.get("PET_NNODES", "1")),
+            env.get("PET_MASTER_ADDR", "127.0.0.1"),
+            int(env.get("PET_MASTER_PORT", "29500")),
+        )
+    return (
+        int(env.get("RANK", "0")),
+        int(env.get("WORLD_SIZE", "1")),
+        env.get("MASTER_ADDR", "127.0.0.1"),
+        int(env.get("MASTER_PORT", "23456")),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20)
@@ -229,10 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.samples} samples (seed {args.seed}) to {args.make_data}", flush=True)
         return 0
 
-    rank = int(os.environ.get("RANK", "0"))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = int(os.environ.get("MASTER_PORT", "23456"))
+    rank, world_size, addr, port = rendezvous(os.environ)
     use_torch = args.backend == "torch" or (args.backend == "auto" and torch_available())
     train = train_torch if use_torch else train_numpy
     train_set, val_set = load_data(args)

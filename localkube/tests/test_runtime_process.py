@@ -299,3 +299,25 @@ def test_own_pod_ip_with_a_container_port_maps_to_the_own_service_port() -> None
     own = network.rewriter(store, _pod("p-worker-0", 36543)).rewrite({"PADDLE_MASTER": "127.0.0.1:36543"})
     peer = network.rewriter(store, _pod("p-worker-1", 36543)).rewrite({"PADDLE_MASTER": "p-worker-0:36543"})
     assert own == peer == {"PADDLE_MASTER": f"127.0.0.1:{network.ports[('ns', 'p-worker-0', 36543)]}"}
+
+
+def test_a_pod_under_a_headless_service_has_ports_of_its_own() -> None:
+    """JobSet's (and so a TrainJob's) rendezvous: `<hostname>.<headless service>`, every spelling."""
+    network = LocalNetwork()
+    store = _store_with("tj")  # the JobSet's headless Service; its pods may not exist yet
+    env = network.rewriter(store, _pod("tj-node-0-1-abcde")).rewrite(
+        {
+            "PET_MASTER_ADDR": "tj-node-0-0.tj",
+            "PET_MASTER_PORT": "29500",
+            "HOSTS": "tj-node-0-0.tj.ns.svc:29500,tj-node-0-1.tj.ns.svc.cluster.local:29500",
+            "ELSEWHERE": "tj-node-0-0.tj.other:29500",
+        }
+    )
+    node0, node1 = (
+        network.ports[("ns", "tj-node-0-0.tj", 29500)],
+        network.ports[("ns", "tj-node-0-1.tj", 29500)],
+    )
+    assert node0 != node1
+    assert (env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"]) == ("127.0.0.1", str(node0))
+    assert env["HOSTS"] == f"127.0.0.1:{node0},127.0.0.1:{node1}"
+    assert env["ELSEWHERE"] == "tj-node-0-0.tj.other:29500"  # no Service tj in namespace other

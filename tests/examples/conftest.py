@@ -16,7 +16,7 @@ from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from localkube.runtime import ANNOTATION
 
-from tests.fixtures import CRDS
+from tests.fixtures import CRD_ONLY, torch_runtime
 
 EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "example_dags"
 
@@ -40,9 +40,12 @@ def examples_db(migrated_db: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _cluster(runtime: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
-    """localkube with every default controller; it also serves the MPI Operator's v2beta1 MPIJob (CRD)."""
-    kube = LocalKube(runtime=runtime, crd_dir=CRDS / "kubeflow.org-v2beta1")
+    """localkube with every default controller; it also serves the kinds it needs CRDs for (the MPI
+    Operator's v2beta1 MPIJob, Trainer v2 and JobSet), with upstream's torch-distributed runtime."""
+    kube = LocalKube(runtime=runtime, crd_dir=list(CRD_ONLY))
     with kube, pytest.MonkeyPatch.context() as mp:
+        runtimes = kube.store.resource_type("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
+        kube.store.create(runtimes, "", torch_runtime())
         path = kube.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
         mp.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection_json(path))
         yield kube

@@ -21,6 +21,7 @@ EXAMPLES = {
     "xgboost_job",
     "mpi_job",
     "mpi_operator_pi",
+    "train_job",
     "t9k_job",
     "edl_training_job",
 }

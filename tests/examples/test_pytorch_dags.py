@@ -101,3 +101,20 @@ def test_retraining_pipeline_promotes_a_better_model_and_keeps_production_otherw
     assert report["metrics"]["val_loss"] > report["metrics"]["baseline_val_loss"]
     assert json.loads((production / "metrics.json").read_text()) == promoted
     assert len((tmp_path / "registry" / "history.jsonl").read_text().splitlines()) == 1
+
+
+def test_train_job_trains_on_two_nodes_of_the_torch_runtime_and_reports_node_0s_metrics(
+    examples_db, process_cluster, tmp_path, capfd, caplog
+):
+    dag = load_dag("train_job")
+
+    run = dag.test(run_conf={"out": str(tmp_path), "epochs": EPOCHS})
+
+    assert run.state == "success"
+    reported = run.get_task_instance("report").xcom_pull(task_ids="report")
+    assert reported["world_size"] == 2 and reported["epochs"] == EPOCHS
+    assert reported == {"job": reported["job"], **json.loads((tmp_path / f"{run.run_id}.json").read_text())}
+    curves = loss_curves(output(capfd, caplog))
+    assert sorted(curves) == ["node-0", "node-1"]  # both nodes' logs, prefixed by replicated job and index
+    for points in curves.values():
+        assert [epoch for epoch, _ in points] == list(range(1, EPOCHS + 1))

@@ -18,20 +18,17 @@ from functools import cached_property
 from typing import Any
 
 import pytest
-import yaml
 from localkube.cluster import LocalKube
 from localkube.resources import BATCH_JOBS, PODS, REPLICASETS, SERVICES
 from localkube.runtime import ANNOTATION
 
 from airflow_provider_training import operators, sensors
 from airflow_provider_training.kinds import JobKind, get_kind
-from tests.fixtures import CRDS, EXAMPLES
+from tests.fixtures import CRD_ONLY, torch_runtime
 from tests.operators.harness import KINDS, NAMESPACE, KindCase, manifest, serve
 
 T9K = "batch.tensorstack.dev/v1beta1"
-TORCH_RUNTIME = yaml.safe_load(
-    (EXAMPLES / "trainer-v2.3.0" / "runtimes" / "torch_distributed.yaml").read_text()
-)
+TORCH_RUNTIME = torch_runtime()
 IMAGE = "localkube/scripted:latest"
 CHILD_TYPES = (PODS, SERVICES, BATCH_JOBS, REPLICASETS)
 
@@ -305,12 +302,7 @@ def family_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKu
     """A localkube with the default controllers, for one test module; it also serves the MPI Operator's
     v2beta1 MPIJob (its CRD: a real cluster serves one of the two mpijobs.kubeflow.org), JobSet and the
     Trainer v2 kinds, with upstream's torch-distributed ClusterTrainingRuntime."""
-    crds = [
-        CRDS / "kubeflow.org-v2beta1",
-        CRDS / "trainer.kubeflow.org-v1alpha1",
-        CRDS / "jobset.x-k8s.io-v1alpha2",
-    ]
-    with serve(tmp_path_factory, crd_dir=crds) as kube:
+    with serve(tmp_path_factory, crd_dir=list(CRD_ONLY)) as kube:
         runtimes = kube.store.resource_type("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
         kube.store.create(runtimes, "", TORCH_RUNTIME)
         kube.store.create(runtimes, "", never_restarting(TORCH_RUNTIME))

@@ -86,8 +86,14 @@ class EnvRewriter:
         return self._names[(namespace, pods)]
 
     def resolve(self, host: str, *, pods: bool = True) -> tuple[str, str] | None:
-        """(namespace, service) for a cluster DNS name, else None."""
+        """(namespace, service) for a cluster DNS name, else None. A pod's own name under a headless Service,
+        `<hostname>.<service>[.<namespace>[.svc...]]` (JobSet's and the MPI Operator's pods), is a service of
+        its own, `<hostname>.<service>`: each such pod gets its own local ports."""
         parts = host.split(".")
+        pod_namespace = parts[2] if len(parts) > 2 else self.namespace
+        under_service = len(parts) > 1 and (len(parts) < 4 or parts[3] == "svc")
+        if under_service and parts[1] in self.names(pod_namespace, pods=False):
+            return (pod_namespace, f"{parts[0]}.{parts[1]}")
         namespace = parts[1] if len(parts) > 1 else self.namespace
         if len(parts) > 2 and parts[2] != "svc":
             return None
