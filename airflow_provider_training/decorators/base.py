@@ -67,8 +67,10 @@ class TrainingFunctionOperator(DecoratedOperator, TrainingJobOperator):
         """The job to submit, its replicas running the payload (subclasses)."""
         raise NotImplementedError
 
-    def execute(self, context: Context) -> Any:
-        """Arguments resolved (templates, XComs): refuse any that is not JSON, build the job, submit it."""
+    def shipped_job(self) -> Any:
+        """The job to submit, around the payload of the function and its arguments as they are now (in
+        ``execute``: rendered, XComs resolved); :class:`FunctionNotShippable` names an argument that is not
+        JSON."""
         encoded = payload(
             self.function_source,
             self.python_callable,
@@ -77,7 +79,11 @@ class TrainingFunctionOperator(DecoratedOperator, TrainingJobOperator):
             rank_env=self.rank_env,
             decorator=self.decorator,
         )
-        self.job = self.job_for(encoded)
+        return self.job_for(encoded)
+
+    def execute(self, context: Context) -> Any:
+        """Arguments resolved (templates, XComs): refuse any that is not JSON, build the job, submit it."""
+        self.job = self.shipped_job()
         return super().execute(context)
 
     def _trigger(self, ref: JobRef, context: Context) -> TrainingJobTrigger:

@@ -34,9 +34,9 @@ PAYLOAD_VERSION = 1
 
 # Runs in every replica (``python -c``); standard library only, and no ``$(`` (Kubernetes would expand it).
 # The function is compiled with postponed annotations, so annotations naming DAG-file objects do not run.
-# linecache holds the source so that a traceback shows the function's lines.
+# linecache holds the source so that the traceback of an exception shows the function's lines.
 BOOTSTRAP = """\
-import __future__, base64, json, linecache, os, sys
+import __future__, base64, json, linecache, os, sys, traceback
 p = json.loads(base64.b64decode(os.environ["AIRFLOW_TRAINING_FUNCTION"]))
 if p["version"] != 1:
     sys.exit("this bootstrap runs payload version 1, got " + str(p["version"]))
@@ -44,7 +44,11 @@ linecache.cache[p["filename"]] = (len(p["source"]), None, p["source"].splitlines
 code = compile(p["source"], p["filename"], "exec", __future__.annotations.compiler_flag, True)
 scope = {"__name__": "__training_function__"}
 exec(code, scope)
-value = scope[p["name"]](*p["args"], **p["kwargs"])
+try:
+    value = scope[p["name"]](*p["args"], **p["kwargs"])
+except Exception:
+    traceback.print_exc()  # unlike the interpreter's own report, shows the source lines (from linecache)
+    sys.exit(1)
 rank = next((os.environ[k] for k in p["rank_env"] if k in os.environ), "0")
 if rank == "0":
     try:
