@@ -22,6 +22,7 @@ EXAMPLES = {
     "mpi_job",
     "t9k_job",
     "edl_training_job",
+    "decorated_training",
 }
 
 
