@@ -84,3 +84,11 @@ def test_an_argument_that_is_not_json_fails_before_anything_is_submitted(
     out = output(capfd, caplog)
     assert "@task.pytorch_job whoami(): argument 'tag' is not JSON-serializable" in out
     assert job_names(process_cluster) == before
+
+
+def test_a_mapped_task_runs_one_job_per_value(decorated_db, process_cluster):
+    run = load_dag("decorated_mapped").test()
+
+    assert run.state == "success"
+    values = run.get_task_instance("whoami", map_index=0).xcom_pull(task_ids="whoami", map_indexes=[0, 1])
+    assert [(v["tag"], v["scaled"], v["world_size"]) for v in values] == [("mapped", 2, 1), ("mapped", 6, 1)]

@@ -67,3 +67,7 @@ with DAG("decorated_bad_return", schedule=None, start_date=START, catchup=False)
 
 with DAG("decorated_bad_argument", schedule=None, start_date=START, catchup=False) as decorated_bad_argument:
     task.pytorch_job(image="python:3.11-slim", workers=1, retries=0)(whoami)(upstream_time(), 1.0)
+
+with DAG("decorated_mapped", schedule=None, start_date=START, catchup=False) as decorated_mapped:
+    # One PyTorchJob per mapped scale (each its own name, from the map index), the Master alone.
+    task.pytorch_job(image="python:3.11-slim", workers=0)(whoami).partial(tag="mapped").expand(scale=[1, 3])
