@@ -2,9 +2,9 @@
 the job's replicas (see :mod:`~airflow_provider_training.decorators.shipping`), waits like every training
 operator, and returns the function's return value (the deciding replica's) instead of the job summary.
 
-The return value is read from the deciding replica's log on the worker, before ``on_finish_action`` deletes
-the job: a deferred wait therefore resumes on a worker (``end_from_trigger`` off), where other training
-operators end the task in the triggerer.
+The return value is read from the deciding replica's log before ``on_finish_action`` may delete the job: by
+the triggerer when a deferred success ends the task there (the trigger's ``return_value_from_log``), else on
+the worker (sync mode, ``dag.test()``, or a trigger that found no return-value line).
 """
 
 from __future__ import annotations
@@ -16,19 +16,18 @@ from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_d
 
 from airflow_provider_training.decorators.shipping import (
     PAYLOAD_ENV,
-    RESULT_MARKER,
     FunctionNotShippable,
     ReturnValueMissing,
     function_source,
     payload,
-    returned_value,
+    read_return_value,
 )
 from airflow_provider_training.operators.training import TrainingJobOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
+    from airflow_provider_training.hooks.training import TrainingJobHook
     from airflow_provider_training.outcome import JobRef, WaitEvent
     from airflow_provider_training.triggers.training import TrainingJobTrigger
 
@@ -87,8 +86,9 @@ class TrainingFunctionOperator(DecoratedOperator, TrainingJobOperator):
         return super().execute(context)
 
     def _trigger(self, ref: JobRef, context: Context) -> TrainingJobTrigger:
+        """A deferred success ends in the triggerer, which pushes the return value it read from the log."""
         trigger = super()._trigger(ref, context)
-        trigger.end_from_trigger = False  # the return value is read on the worker (see the module docstring)
+        trigger.return_value_from_log = True
         return trigger
 
     def _complete(self, event: WaitEvent, hook: TrainingJobHook) -> Any:
@@ -107,25 +107,6 @@ class TrainingFunctionOperator(DecoratedOperator, TrainingJobOperator):
             raise missing
         self.log.info("%s() returned %s", self.python_callable.__name__, _preview(value))
         return value
-
-
-async def read_return_value(hook: AsyncTrainingJobHook, ref: JobRef) -> Any:
-    """The return value the deciding replica printed: the last marked line of its pod's log (of the
-    kind's master pods, the one that has the line)."""
-    from airflow_provider_training.kinds.registry import get_kind
-
-    kind = get_kind(ref.kind, ref.api_version)
-    pods = await hook.list_job_pods(kind, ref.name, ref.namespace, master=True)
-    names = sorted(str((pod.get("metadata") or {}).get("name")) for pod in pods)
-    for name in names:
-        log = await hook.read_log(ref.namespace, name, kind.default_container)
-        if RESULT_MARKER in log:
-            return returned_value(log, f"pod {name}")
-    where = f"its deciding replica's pod ({', '.join(names)})" if names else "no deciding replica pod is left"
-    raise ReturnValueMissing(
-        f"{ref.label} succeeded but {where} logged no return value ({RESULT_MARKER}...): were its pods "
-        "cleaned up (cleanPodPolicy), or its container's command replaced?"
-    )
 
 
 def shipping_decorator(

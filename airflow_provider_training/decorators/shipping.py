@@ -26,7 +26,11 @@ import json
 import textwrap
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+    from airflow_provider_training.outcome import JobRef
 
 PAYLOAD_ENV = "AIRFLOW_TRAINING_FUNCTION"
 RESULT_MARKER = "::airflow-training-return-value::"
@@ -201,6 +205,28 @@ def returned_value(log: str, where: str) -> Any:
             "container's command replaced, or the log rotated away?"
         )
     return json.loads(found)
+
+
+async def read_return_value(hook: AsyncTrainingJobHook, ref: JobRef) -> Any:
+    """The return value the deciding replica printed: the last marked line of its pod's log (of the
+    kind's master pods, the one that has the line)."""
+    from airflow_provider_training.kinds.registry import get_kind
+
+    kind = get_kind(ref.kind, ref.api_version)
+    pods = await hook.list_job_pods(kind, ref.name, ref.namespace, master=True)
+    names = sorted(str((pod.get("metadata") or {}).get("name")) for pod in pods)
+    for name in names:
+        log = await hook.read_log(ref.namespace, name, kind.default_container)
+        if RESULT_MARKER in log:
+            return returned_value(log, f"pod {name}")
+    if names:
+        found = f"its deciding replica's pod ({', '.join(names)}) logged no return value"
+    else:
+        found = "no pod of its deciding replica is left to read the return value from"
+    raise ReturnValueMissing(
+        f"{ref.label} succeeded but {found} ({RESULT_MARKER}...): were its pods cleaned up (cleanPodPolicy), "
+        "or its container's command replaced?"
+    )
 
 
 def _definition(raw: str, name: str, where: str) -> tuple[ast.FunctionDef, str]:
