@@ -10,9 +10,10 @@ reads from that pod's log (:func:`returned_value`).
 
 A function that cannot live on its own in a pod is refused where it is decorated (:func:`function_source`):
 a closure, one that reads module-level names of the DAG file (imports included: they do not exist in the
-pod), a method, a lambda, an ``async def``, one whose parameters are Airflow context keys. Arguments that do
-not serialize as JSON are refused when the task runs, after templates and XComs are resolved, before anything
-is submitted (:func:`payload`). Standard library only: DAG files import this at parse time.
+pod), a lambda, an ``async def``, a wrapped function, one whose parameters are Airflow context keys.
+Arguments that do not serialize as JSON are refused when the task runs, after templates and XComs are
+resolved, before anything is submitted (:func:`payload`). The module imports the standard library only (and,
+in :func:`function_source`, Airflow's context keys): DAG files import it at parse time.
 """
 
 from __future__ import annotations
@@ -66,37 +67,6 @@ if rank == "0":
     print(p["marker"] + line, flush=True)
 """
 
-# Parameters named like these get the task context in a @task; in a pod there is none.
-CONTEXT_KEYS = frozenset(
-    {
-        "conf",
-        "dag",
-        "dag_run",
-        "data_interval_end",
-        "data_interval_start",
-        "ds",
-        "ds_nodash",
-        "inlets",
-        "logical_date",
-        "macros",
-        "map_index_template",
-        "outlets",
-        "params",
-        "run_id",
-        "task",
-        "task_instance",
-        "task_instance_key_str",
-        "test_mode",
-        "ti",
-        "triggering_asset_events",
-        "ts",
-        "ts_nodash",
-        "ts_nodash_with_tz",
-        "var",
-        "conn",
-    }
-)
-
 
 class FunctionNotShippable(TypeError):
     """The decorated function, or its arguments, cannot be sent to the job's pods (nothing was submitted)."""
@@ -127,7 +97,9 @@ def function_source(function: Callable[..., Any], decorator: str) -> str:
             "it: only a function defined at the top level of the DAG file can be shipped; pass those values "
             "as arguments"
         )
-    if context := sorted(CONTEXT_KEYS & set(inspect.signature(function).parameters)):
+    from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS  # loaded with airflow.sdk already
+
+    if context := sorted(KNOWN_CONTEXT_KEYS & set(inspect.signature(function).parameters)):
         raise FunctionNotShippable(
             f"{where}: parameter(s) {_names(context)} are Airflow context keys, but the function runs in the "
             "job's pods, where there is no task context; pass the values it needs as arguments"
