@@ -63,6 +63,13 @@ PROVIDER_INFO: dict[str, Any] = {
     "triggers": [
         {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_training.triggers.training"]}
     ],
+    "task-decorators": [
+        {
+            "name": "pytorch_job",
+            "class-name": "airflow_provider_training.decorators.pytorch_job.pytorch_job_task",
+        },
+        {"name": "train_job", "class-name": "airflow_provider_training.decorators.train_job.train_job_task"},
+    ],
     "extra-links": ["airflow_provider_training.links.TrainingJobLink"],
     "config": {
         "training": {

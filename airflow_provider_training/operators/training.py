@@ -233,6 +233,7 @@ class TrainingJobOperator(BaseOperator):
             end_from_trigger=self.deferrable,
             on_finish_action=self.on_finish_action,
             push_result=self.do_xcom_push,
+            multiple_outputs=self.multiple_outputs,
         )
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:

@@ -34,6 +34,7 @@ from airflow_provider_training.params import (
 # on the loop).
 RUNTIME_MODULES = (
     "aiohttp",
+    "airflow_provider_training.decorators.shipping",
     "airflow_provider_training.hooks.training",
     "airflow_provider_training.kinds.registry",
     "airflow_provider_training.logs",
@@ -77,6 +78,13 @@ class TrainingJobTrigger(BaseTrigger):
         ``return_value`` XCom (when ``push_result``). Failures always resume the worker.
     :param on_finish_action: ``keep``, ``delete`` or ``delete_succeeded``, applied when ending the task here.
     :param push_result: push the result XCom when ending the task here (the operator's ``do_xcom_push``).
+    :param return_value_from_log: the result pushed when ending the task here is the return value the
+        deciding replica logged (``@task.pytorch_job`` and ``@task.train_job``, see
+        :mod:`~airflow_provider_training.decorators.shipping`), read before the result is pushed and the job
+        deleted (``on_finish_action``);
+        without that line the task resumes on a worker, which reports it.
+    :param multiple_outputs: when ending the task here, also push each key of the result as an XCom (the
+        operator's ``multiple_outputs``), as a worker does.
 
     With ``get_logs`` in a triggerer, the replica log position is saved in the task instance's XCom
     ``training_log_position`` (see :mod:`~airflow_provider_training.triggers.log_position`), so a trigger
@@ -108,6 +116,8 @@ class TrainingJobTrigger(BaseTrigger):
         end_from_trigger: bool = False,
         on_finish_action: str = "keep",
         push_result: bool = True,
+        return_value_from_log: bool = False,
+        multiple_outputs: bool = False,
         poll_interval: float | None = None,  # check_interval's name in triggers serialized before
     ):
         super().__init__()
@@ -132,6 +142,8 @@ class TrainingJobTrigger(BaseTrigger):
         self.end_from_trigger = end_from_trigger
         self.on_finish_action = check_choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
         self.push_result = push_result
+        self.return_value_from_log = return_value_from_log
+        self.multiple_outputs = multiple_outputs
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -156,6 +168,8 @@ class TrainingJobTrigger(BaseTrigger):
                 "end_from_trigger": self.end_from_trigger,
                 "on_finish_action": self.on_finish_action,
                 "push_result": self.push_result,
+                "return_value_from_log": self.return_value_from_log,
+                "multiple_outputs": self.multiple_outputs,
             },
         )
 
@@ -241,31 +255,42 @@ class TrainingJobTrigger(BaseTrigger):
         return self.end_from_trigger and self.task_instance is not None and event.succeeded
 
     async def _success(self, hook: AsyncTrainingJobHook, event: WaitEvent) -> TriggerEvent:
-        """What the operator's ``execute_complete`` does on success, so no worker has to resume: the
-        ``on_finish_action`` delete, the final log line and the XCom result.
+        """What the operator's ``execute_complete`` does on success, so no worker has to resume: the XCom
+        result (the deciding replica's return value with ``return_value_from_log``), the
+        ``on_finish_action`` delete and the final log line.
 
         The result is pushed through the Task SDK (``XCom.aset``), as a worker pushes it: the
         ``TaskSuccessEvent(xcoms=...)`` route stores it JSON-encoded a second time (``XComModel.set``), so
-        downstream tasks would pull a string. If the push fails, the task resumes on a worker instead."""
+        downstream tasks would pull a string. If the push fails, the task resumes on a worker instead, the job
+        not yet deleted."""
         from airflow.sdk.execution_time.xcom import XCom
 
         from airflow_provider_training.results import build_result, finish_deletion, result_line
         from airflow_provider_training.triggers.log_position import SAVE_TIMEOUT, xcom_address
 
-        if why := finish_deletion(event, self.on_finish_action):
-            self.log.info("Deleting %s %s/%s (%s)", self.kind, self.namespace, self.job_name, why)
-            await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
-        result = build_result(event)
+        result: Any = build_result(event)
+        summary = result_line(result)
+        if self.return_value_from_log and event.job is not None:
+            from airflow_provider_training.decorators.shipping import ReturnValueMissing, read_return_value
+
+            try:
+                result = await read_return_value(hook, event.job)  # before the job (and its pods) may go
+            except ReturnValueMissing:
+                return TriggerEvent(event.to_payload())
         if self.push_result:
             address = xcom_address(self.task_instance)
             try:
-                await asyncio.wait_for(XCom.aset(key="return_value", value=result, **address), SAVE_TIMEOUT)
+                for key, value in xcoms_of(result, self.multiple_outputs).items():
+                    await asyncio.wait_for(XCom.aset(key=key, value=value, **address), SAVE_TIMEOUT)
             except Exception as err:
                 self.log.warning(
                     "Could not push the result (%s: %s); resuming the task", type(err).__name__, err
                 )
-                return TriggerEvent(event.to_payload())
-        self.log.info(result_line(result))
+                return TriggerEvent(event.to_payload())  # the job is still there for the worker
+        if why := finish_deletion(event, self.on_finish_action):
+            self.log.info("Deleting %s %s/%s (%s)", self.kind, self.namespace, self.job_name, why)
+            await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
+        self.log.info(summary)
         return TaskSuccessEvent()
 
     async def on_kill(self) -> None:
@@ -313,6 +338,16 @@ class TrainingJobTrigger(BaseTrigger):
         job = JobRef(self.job_name, self.namespace, self.uid, self.kind, self.api_version)
         message = f"The task instance is {state}, no longer deferred; the trigger ended"
         return WaitEvent(Outcome.ERROR, job, message)
+
+
+def xcoms_of(result: Any, multiple_outputs: bool) -> dict[str, Any]:
+    """The XComs a worker would push for ``result``: with ``multiple_outputs`` each key of the dict, then
+    ``return_value``. A result that cannot have multiple outputs raises ``TypeError`` (a worker says why)."""
+    if not multiple_outputs:
+        return {"return_value": result}
+    if not isinstance(result, dict) or not all(isinstance(key, str) for key in result):
+        raise TypeError("multiple_outputs needs a dict with string keys")
+    return {**result, "return_value": result}
 
 
 def on_kill_budget() -> float:

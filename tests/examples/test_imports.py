@@ -24,6 +24,7 @@ EXAMPLES = {
     "train_job",
     "t9k_job",
     "edl_training_job",
+    "decorated_training",
 }
 
 
