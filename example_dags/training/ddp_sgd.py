@@ -152,23 +152,44 @@ Model = tuple[np.ndarray, float]  # weights, bias
 def train_numpy(
     args: argparse.Namespace, train_set: Data, rank: int, world_size: int, addr: str, port: int
 ) -> tuple[float, Model]:
+    print(f"rank {rank}/{world_size}: numpy SGD, master {addr}:{port}", flush=True)
+    loss, w, _ = data_parallel_sgd(
+        train_set, rank, world_size, addr, port, epochs=args.epochs, lr=args.lr, step_delay=args.step_delay
+    )
+    return loss, (w, 0.0)
+
+
+def data_parallel_sgd(
+    train_set: Data,
+    rank: int,
+    world_size: int,
+    addr: str,
+    port: int,
+    *,
+    epochs: int,
+    lr: float,
+    step_delay: float = 0.0,
+) -> tuple[float, np.ndarray, int]:
+    """SGD on this rank's shard, the gradients averaged across the ranks after every step (numpy over TCP).
+    Returns the final global loss, the weights, and how many samples all ranks trained on together (its sum
+    proves that every rank took part)."""
     x, y = shard(train_set, rank, world_size)
     reducer = TcpAllReduce(rank, world_size, addr, port)
     w = np.zeros(FEATURES)
-    print(f"rank {rank}/{world_size}: numpy SGD on {len(y)} samples, master {addr}:{port}", flush=True)
     loss = float("nan")
     try:
-        for epoch in range(1, args.epochs + 1):
+        for epoch in range(1, epochs + 1):
             local_loss, grad = loss_and_grad(w, x, y)
             # Average the loss together with the gradient so every rank logs the global loss.
             reduced = reducer.average(np.append(grad, local_loss))
-            w -= args.lr * reduced[:-1]
+            w -= lr * reduced[:-1]
             loss = float(reduced[-1])
             print(f"epoch {epoch} loss {loss:.4f}", flush=True)
-            time.sleep(args.step_delay)
+            time.sleep(step_delay)
+        trained = round(reducer.average(np.array([float(len(y))]))[0] * world_size)
     finally:
         reducer.close()
-    return loss, (w, 0.0)
+    return loss, w, trained
 
 
 def train_torch(
