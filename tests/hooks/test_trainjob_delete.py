@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from localkube.controllers.builtin import owner_reference
 
 from airflow_provider_training.kinds.registry import get_kind
 from tests.fixtures import CRDS
@@ -19,19 +20,15 @@ PYTORCH = get_kind("PyTorchJob")
 
 def held_dependent(owner: dict[str, Any]) -> dict[str, Any]:
     """A ConfigMap owned by ``owner`` (blockOwnerDeletion) that its own finalizer keeps while deleted."""
-    meta = owner["metadata"]
-    ref = {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    name = owner["metadata"]["name"]
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{meta['name']}-child", "ownerReferences": [ref], "finalizers": ["test/hold"]},
+        "metadata": {
+            "name": f"{name}-child",
+            "ownerReferences": [owner_reference(owner)],
+            "finalizers": ["test/hold"],
+        },
     }
 
 
