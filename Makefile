@@ -52,7 +52,8 @@ test: $(STAMP) ui-test chromium
 test-real: $(STAMP)
 	bin=$$(nice -n 10 scripts/realkube/build.sh) && \
 	to=$$(nice -n 10 scripts/realkube/build-training-operator.sh) && \
-	REALKUBE_BIN=$$bin REALTO_BIN=$$to $(BIN)/python -m pytest -q -p no:cacheprovider -m real tests/real localkube/tests $(PYTEST_ARGS)
+	tr=$$(nice -n 10 scripts/realkube/build-trainer.sh) && \
+	REALKUBE_BIN=$$bin REALTO_BIN=$$to REALTRAINER_BIN=$$tr $(BIN)/python -m pytest -q -p no:cacheprovider -m real tests/real localkube/tests $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_provider_training localkube tests benchmarks example_dags scripts

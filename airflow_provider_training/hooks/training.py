@@ -59,7 +59,6 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 
-DEFAULT_PROPAGATION = "Foreground"
 # A followed log that says nothing for this long is re-opened (a silently dead connection must not hang).
 FOLLOW_IDLE_TIMEOUT = 300.0
 
@@ -302,7 +301,7 @@ class AsyncTrainingJobHook(HookParameters):
         name: str,
         namespace: str,
         *,
-        propagation_policy: str = DEFAULT_PROPAGATION,
+        propagation_policy: str | None = None,
         uid: str | None = None,
     ) -> bool:
         """Delete the job and its ``delete_on_cleanup`` children; ``False`` if the job was already gone, or,
@@ -312,10 +311,15 @@ class AsyncTrainingJobHook(HookParameters):
         Job recreates a pod just deleted), named ones by name, the others found by selector. They are
         deleted even when the job itself was gone, so a second cleanup removes what the first left. With
         ``uid``, a job of that name with another uid (a later try's) is left alone, children included.
+        ``propagation_policy``: default the kind's :attr:`JobKind.delete_propagation`.
         """
         try:
             existed = await self.delete_object(
-                kind.resource, name, namespace, propagation_policy=propagation_policy, uid=uid
+                kind.resource,
+                name,
+                namespace,
+                propagation_policy=propagation_policy or kind.delete_propagation,
+                uid=uid,
             )
         except KubeApiError as err:
             if uid and err.status == 409:  # "Precondition failed: UID in precondition: ..."

@@ -296,6 +296,9 @@ class JobKind:
     suspend_patch: Callable[[bool], dict[str, Any] | None] = lambda suspend: None
     deciding_replicas: tuple[str, ...] = ()
     pod_watch_selectors: tuple[str, ...] = ()
+    # How the provider's deletes (cleanup, on_kill, timeout) propagate: Foreground keeps the job until its
+    # children are gone; a kind whose controller recreates children of a job being deleted deletes Background.
+    delete_propagation: str = "Foreground"
 
     @property
     def kind(self) -> str:

@@ -201,6 +201,10 @@ TRAIN_JOB = JobKind(
     suspend_patch=suspend_patch,
     deciding_replicas=DECIDING,
     pod_watch_selectors=(JOBSET_NAME_LABEL,),
+    # The Trainer (v2.3.0) reconciles a TrainJob that is being deleted like any other: under a Foreground
+    # delete it applies the JobSet again each time the garbage collector deletes it (new Jobs, new pods),
+    # for many seconds (tests/real/test_real_trainer.py). Background removes the TrainJob at once.
+    delete_propagation="Background",
 )
 
 KINDS: tuple[JobKind, ...] = (TRAIN_JOB,)

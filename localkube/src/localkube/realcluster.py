@@ -5,7 +5,8 @@ etcd, kube-apiserver (RBAC, token authentication, service-account tokens) and ku
 collection, Jobs, ReplicaSets, service accounts) from the binaries the provider repository's
 scripts/realkube/build.sh builds, plus
 ``localkube agent`` as the training operators and the kubelet (it binds pods itself: no kube-scheduler), or,
-with ``training_operator``, as the kubelet only beside Kubeflow's real training operator.
+with ``training_operator``, as the kubelet only beside Kubeflow's real training operator (with ``trainer``,
+beside Kubeflow Trainer's and JobSet's real controllers).
 Everything listens on free ports of 127.0.0.1 and lives in one directory; ``stop()`` ends the processes it
 started.
 """
@@ -36,7 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from localkube import realoperator
+from localkube import realoperator, realtrainer
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,10 @@ class RealCluster:
     # Kubeflow's real training operator (its binary) in place of the agent's emulation: the agent then runs
     # only the kubelet, and kube-apiserver routes to the operator's webhook endpoint (localkube.realoperator).
     training_operator: Path | None = None
+    # The directory of Kubeflow Trainer's and JobSet's real controllers (scripts/realkube/build-trainer.sh):
+    # both run, JobSet first, with the agent as the kubelet only (localkube.realtrainer). ``crd_dir`` should
+    # hold their CRDs (realtrainer.write_crd_dir).
+    trainer: Path | None = None
     url: str = ""
     version: str = ""
     crds_installed: list[str] = field(default_factory=list)
@@ -177,6 +182,9 @@ class RealCluster:
         if self.training_operator is not None:
             self.agent_args = realoperator.AGENT_ARGS
             self.apiserver_args = (*self.apiserver_args, *realoperator.APISERVER_ARGS)
+        if self.trainer is not None:
+            self.agent_args = realtrainer.AGENT_ARGS
+            self.apiserver_args = (*self.apiserver_args, *realtrainer.APISERVER_ARGS)
 
     # -- start and stop ----------------------------------------------------------------------------------
 
@@ -195,6 +203,8 @@ class RealCluster:
             self._start_agent()
             if self.training_operator is not None:
                 realoperator.TrainingOperator(self.training_operator, self.directory).start(self)
+            if self.trainer is not None:
+                realtrainer.start(self, self.trainer)
             self.wait_for(lambda: self.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"), 60)
         except BaseException:
             self.stop()

@@ -126,88 +126,26 @@ class TrainingOperator:
             ],
             env={**os.environ, "MY_POD_NAMESPACE": NAMESPACE, "TMPDIR": str(tmp)},
         )
-        secret = cluster.wait_for(lambda: self._certificates(cluster), 120)
-        for directory in (tmp / "k8s-webhook-server" / "serving-certs", STATED_CERT_DIR):
-            directory.mkdir(parents=True, exist_ok=True)
-            for name in ("tls.crt", "tls.key", "ca.crt"):
-                (directory / name).write_bytes(secret[name])
+        secret = cluster.wait_for(lambda: secret_certificates(cluster, NAMESPACE, SECRET), 120)
+        mount_certificates(secret, tmp / "k8s-webhook-server" / "serving-certs", STATED_CERT_DIR)
         cluster.wait_for(lambda: self._webhook_answers(cluster), 120)
         return process
 
     def _register(self, cluster: RealCluster, address: str) -> None:
         cluster.create_namespace(NAMESPACE)
-        port = {"name": "webhook-server", "port": self.webhook_port, "protocol": "TCP"}
-        objects: list[tuple[str, dict[str, Any]]] = [
-            (f"/api/v1/namespaces/{NAMESPACE}/secrets", {"metadata": {"name": SECRET}}),
-            (
-                f"/api/v1/namespaces/{NAMESPACE}/services",
-                {
-                    "metadata": {"name": SERVICE, "labels": {"app": SERVICE}},
-                    "spec": {"ports": [{**port, "port": 443, "targetPort": self.webhook_port}]},
-                },
-            ),
-            (
-                f"/api/v1/namespaces/{NAMESPACE}/endpoints",
-                {
-                    "metadata": {"name": SERVICE},
-                    "subsets": [{"addresses": [{"ip": address}], "ports": [port]}],
-                },
-            ),
-            (
-                f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices",
-                {
-                    "metadata": {
-                        "name": SERVICE,
-                        "labels": {
-                            "kubernetes.io/service-name": SERVICE,
-                            "endpointslice.kubernetes.io/managed-by": "realkube",
-                        },
-                    },
-                    "addressType": "IPv4",
-                    "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
-                    "ports": [port],
-                },
-            ),
-            (
-                "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-                webhook_configuration(),
-            ),
-        ]
-        for path, body in objects:
-            cluster.request("POST", path, body)
+        cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", {"metadata": {"name": SECRET}})
+        webhook_endpoint(cluster, NAMESPACE, SERVICE, self.webhook_port, address)
+        path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+        cluster.request("POST", path, webhook_configuration())
 
     def _service_account(self, cluster: RealCluster) -> Path:
         """The operator's ServiceAccount bound to its manifests' ClusterRole; a kubeconfig with its token."""
         role = yaml.safe_load(self.cluster_role.read_text())
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": SERVICE},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role["metadata"]["name"],
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE, "namespace": NAMESPACE}],
-        }
-        cluster.request(
-            "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": SERVICE}}
-        )
-        cluster.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-        cluster.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
-        token = cluster.service_account_token(NAMESPACE, SERVICE, seconds=4 * 3600)
-        return cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:{SERVICE}", token)
+        return service_account_kubeconfig(cluster, NAMESPACE, SERVICE, role)
 
     @property
     def cluster_role(self) -> Path:
         return self.binary.parent.parent / "manifests" / "role.yaml"
-
-    def _certificates(self, cluster: RealCluster) -> dict[str, bytes] | None:
-        """The Secret's pair once the operator wrote it (what the kubelet would mount)."""
-        data = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{SECRET}").get("data") or {}
-        if not {"tls.crt", "tls.key", "ca.crt"} <= set(data):
-            return None
-        return {name: base64.b64decode(value) for name, value in data.items()}
 
     def _webhook_answers(self, cluster: RealCluster) -> bool:
         """Whether kube-apiserver reaches the webhook: a dry-run PyTorchJob with a replica type PyTorch does
@@ -227,3 +165,81 @@ class TrainingOperator:
             status = json.loads(err.read() or b"{}")
             return "denied the request" in str(status.get("message", ""))
         raise RuntimeError("a PyTorchJob with a Chief replica was admitted: the webhook is not in the path")
+
+
+# -- what a Deployment's pod would have, for a controller run outside one (also localkube.realtrainer) --
+
+
+def webhook_endpoint(cluster: RealCluster, namespace: str, service: str, port: int, address: str) -> None:
+    """The Service ``service`` (port 443, no selector) and an Endpoints and EndpointSlice naming ``address``
+    and the controller's webhook ``port``: what the Service's selector would find in a cluster."""
+    named = {"name": "webhook-server", "port": port, "protocol": "TCP"}
+    objects: list[tuple[str, dict[str, Any]]] = [
+        (
+            f"/api/v1/namespaces/{namespace}/services",
+            {
+                "metadata": {"name": service, "labels": {"app": service}},
+                "spec": {"ports": [{**named, "port": 443, "targetPort": port}]},
+            },
+        ),
+        (
+            f"/api/v1/namespaces/{namespace}/endpoints",
+            {"metadata": {"name": service}, "subsets": [{"addresses": [{"ip": address}], "ports": [named]}]},
+        ),
+        (
+            f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+            {
+                "metadata": {
+                    "name": service,
+                    "labels": {
+                        "kubernetes.io/service-name": service,
+                        "endpointslice.kubernetes.io/managed-by": "realkube",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+                "ports": [named],
+            },
+        ),
+    ]
+    for path, body in objects:
+        cluster.request("POST", path, body)
+
+
+def service_account_kubeconfig(
+    cluster: RealCluster, namespace: str, name: str, cluster_role: dict[str, Any]
+) -> Path:
+    """The ServiceAccount ``name`` bound by a ClusterRoleBinding of its name to ``cluster_role`` (created);
+    a kubeconfig with a TokenRequest token of it (the projected token a pod would mount)."""
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": cluster_role["metadata"]["name"],
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+    cluster.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
+    cluster.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", cluster_role)
+    cluster.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    token = cluster.service_account_token(namespace, name, seconds=4 * 3600)
+    return cluster.kubeconfig_for(f"system:serviceaccount:{namespace}:{name}", token)
+
+
+def secret_certificates(cluster: RealCluster, namespace: str, secret: str) -> dict[str, bytes] | None:
+    """The webhook Secret's pair once the controller's cert-controller wrote it, else None."""
+    data = cluster.get(f"/api/v1/namespaces/{namespace}/secrets/{secret}").get("data") or {}
+    if not {"tls.crt", "tls.key", "ca.crt"} <= set(data):
+        return None
+    return {name: base64.b64decode(value) for name, value in data.items()}
+
+
+def mount_certificates(secret: dict[str, bytes], *directories: Path) -> None:
+    """Write the Secret's pair into each directory (what the kubelet's Secret volume would hold)."""
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key", "ca.crt"):
+            (directory / name).write_bytes(secret[name])
