@@ -328,15 +328,19 @@ class JobKind:
 
     def deciding_replica(self, job: RawObject) -> str | None:
         """The replica type that decides ``job``'s outcome: the first of :attr:`deciding_replicas` it has
-        (case-insensitive, with at least one replica), else its first replica type; without replica counts
-        (EDL's live in its children) the first of :attr:`deciding_replicas`, or ``None``."""
+        (case-insensitive, with at least one replica), else its first replica type. Without replica counts:
+        the only one of :attr:`deciding_replicas` (EDL's counts live in its children), or ``None`` while
+        several could (a TrainJob's runtime may have a launcher, which its status shows only once its JobSet
+        reports it)."""
         desired = self.status(job).replicas
         present = [name for name, counts in desired.items() if counts.desired != 0]
         by_lower = {name.lower(): name for name in present}
         for wanted in self.deciding_replicas:
             if wanted.lower() in by_lower:
                 return by_lower[wanted.lower()]
-        return present[0] if present else next(iter(self.deciding_replicas), None)
+        if present:
+            return present[0]
+        return self.deciding_replicas[0] if len(self.deciding_replicas) == 1 else None
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -77,8 +77,8 @@ NO_STATUS_CAUSES = (
 
 def jobs_status(job: RawObject) -> dict[str, ReplicaCounts]:
     """Per replicated job from ``status.jobsStatus``: counts of its Jobs (``ready`` counts as active, as a
-    ready Job is one whose pods run). Without ``jobsStatus``, ``node`` with an unknown count, so that the
-    deciding replica is the nodes until the JobSet reports a launcher."""
+    ready Job is one whose pods run). Empty without ``jobsStatus``: which replicated jobs the runtime has (a
+    launcher or not) is not known yet, nor so the deciding replica."""
     entries = (job.get("status") or {}).get("jobsStatus") or []
     counts = {
         str(entry.get("name", "")): ReplicaCounts(
@@ -89,7 +89,7 @@ def jobs_status(job: RawObject) -> dict[str, ReplicaCounts]:
         )
         for entry in entries
     }
-    return counts or {NODE: ReplicaCounts()}
+    return counts
 
 
 def trainer_status(job: RawObject) -> dict[str, Any] | None:

@@ -260,7 +260,9 @@ def test_deciding_replica_is_the_launcher_when_there_is_one_else_the_nodes():
 
     assert TRAIN_JOB.deciding_replica(mpi) == "launcher"
     assert TRAIN_JOB.deciding_replica(torch) == "node"
-    assert TRAIN_JOB.deciding_replica(train_job()) == "node"  # before the JobSet reports anything
+    # Before the JobSet reports anything the runtime may still have a launcher: not known yet (the log
+    # streamer then follows the master-role pods, the launcher's and node 0's).
+    assert TRAIN_JOB.deciding_replica(train_job()) is None
 
 
 def test_suspend_patch_and_default_container():

@@ -36,6 +36,7 @@ from tests.operators.harness import MODES, in_thread, make_context, run_operator
 from tests.real.conftest import as_documented_account, launch
 from tests.real.families_real import open_gate
 from tests.real.real_operator import Api
+from tests.real.test_kinds import logged
 from tests.real.trainer_real import (
     JOBSETS,
     TRAINJOBS,
@@ -373,11 +374,14 @@ def launcher_running(seen: Seen) -> bool:
     return any(phases[-1] == "Running" and "-launcher-" in name for name, phases in seen.pods.items())
 
 
-def test_deepspeed_runtime_launcher_decides(trainer_cluster, namespace):
+@pytest.mark.parametrize("mode", MODES)
+def test_deepspeed_runtime_launcher_decides(trainer_cluster, namespace, mode, capsys):
     """Upstream's deepspeed-distributed (MPI, OpenMPI, ``runLauncherAsNode``): numNodes 2 is one node pod
     (sshd) and the launcher (the trainer's command, node 0); the launcher starts once the node is ready and
-    its success completes the JobSet (successPolicy: the launcher) while the node still runs."""
-    name = "tj-deepspeed"
+    its success completes the JobSet (successPolicy: the launcher) while the node still runs. The launcher's
+    log is in the task log, also when the operator chose what to stream before the JobSet reported a
+    launcher (it then follows the master-role pods: the launcher's and node 0's)."""
+    name = f"tj-deepspeed-{mode}"
     gate = new_gate(name)
     launcher = {
         "default": {"duration": 0.2, "logs": ["mpirun -np 2"], "gate": gate, "after_gate": ["saved model"]}
@@ -391,7 +395,7 @@ def test_deepspeed_runtime_launcher_decides(trainer_cluster, namespace):
         namespace,
         op,
         [(launcher_running, lambda: open_gate(trainer_cluster, gate, namespace))],
-        "deferrable",
+        mode,
         record="deepspeed-success",
     )
 
@@ -402,6 +406,9 @@ def test_deepspeed_runtime_launcher_decides(trainer_cluster, namespace):
         p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]: p for p in seen.pod_objects.values()
     }
     assert sorted(pods) == ["launcher", "node"]
+    out = capsys.readouterr().out
+    assert any(line.startswith("[launcher") and "saved model" in line for line in logged(out)), out[-4000:]
+
     assert pods["launcher"]["spec"]["containers"][0]["command"] == ["torchrun", "train.py"]
     assert pods["node"]["spec"]["containers"][0]["command"] == ["/usr/sbin/sshd"]
     env = {e["name"]: e.get("value") for e in pods["launcher"]["spec"]["containers"][0]["env"]}
