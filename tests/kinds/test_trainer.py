@@ -5,6 +5,7 @@ the deadline from ``pkg/controller/trainjob_controller.go``, ``jobsStatus`` per 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,8 @@ from localkube.selectors import labels_match, parse_label_selector
 
 from airflow_provider_training.kinds import JobState, JobStatus, get_kind
 from airflow_provider_training.kinds.common import OPERATOR_NOT_RUNNING
+from airflow_provider_training.kinds.trainer import read_status
+from tests.fixtures import FIXTURES
 
 TRAIN_JOB = get_kind("TrainJob", "trainer.kubeflow.org/v1alpha1")
 CREATED_AT = "2026-11-30T08:00:00Z"
@@ -270,3 +273,47 @@ def test_suspend_patch_and_default_container():
     assert TRAIN_JOB.suspend_patch(False) == {"spec": {"suspend": False}}
     assert TRAIN_JOB.default_container == "node"
     assert (TRAIN_JOB.resource.plural, TRAIN_JOB.family) == ("trainjobs", "trainer")
+
+
+# -- what the real Trainer v2.3.0 and JobSet v0.12.0 wrote (tests/fixtures/real-trainer, recorded by
+# tests/real/test_real_trainer.py with REALTRAINER_RECORD=1), read status by status as the waiter reads it.
+
+REAL_TRAINER = FIXTURES / "real-trainer"
+RUNNING = [("Pending", ""), ("Pending", "Pending"), ("Running", "Running")]
+
+
+def recorded_states(record: str) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The (state, reason) of each recorded TrainJob status, consecutive repeats once; and the last job."""
+    data = json.loads((REAL_TRAINER / f"{record}.json").read_text())
+    states: list[tuple[str, str]] = []
+    job: dict[str, Any] = {}
+    for status in data["trainjob"]["statuses"]:
+        status = json.loads(json.dumps(status).replace('"<time>"', '"2026-12-03T00:00:05Z"'))
+        job = train_job(status, **data["trainjob"]["spec"])
+        read = read_status(job, now=SOON)  # the first, empty status: within the grace period
+        if not states or states[-1] != (read.state.value, read.reason):
+            states.append((read.state.value, read.reason))
+    return states, job
+
+
+@pytest.mark.parametrize(
+    ("record", "expected", "deciding"),
+    [
+        ("success", [*RUNNING, ("Succeeded", "AllJobsCompleted")], "node"),
+        ("num-nodes", [*RUNNING, ("Succeeded", "AllJobsCompleted")], "node"),
+        ("deepspeed-success", [*RUNNING, ("Succeeded", "AllJobsCompleted")], "launcher"),
+        # The failing node's Job failed and its pod went before the JobSet counted it: one status with no
+        # active Job (Pending), then Failed with the JobSet's reason.
+        ("failure", [*RUNNING, ("Pending", "Pending"), ("Failed", "FailedJobs")], "node"),
+        (
+            "suspend",
+            [*RUNNING, ("Suspended", "Suspended"), *RUNNING[1:], ("Succeeded", "AllJobsCompleted")],
+            "node",
+        ),
+    ],
+)
+def test_the_real_controllers_statuses_read_in_order(record, expected, deciding):
+    states, last = recorded_states(record)
+
+    assert states == expected
+    assert TRAIN_JOB.deciding_replica(last) == deciding
