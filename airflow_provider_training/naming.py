@@ -101,9 +101,13 @@ def label_value(value: str) -> str:
     return f"{cleaned}-{digest}" if cleaned else digest
 
 
+# Room kept for a replica type when the kind names none (its users name them): 8 characters.
+UNNAMED_REPLICA_TYPE_LENGTH = 8
+
+
 def max_name_length(replica_types: Iterable[str]) -> int:
     """Longest job name whose ``<job>-<replica type>-<index>`` children stay within 63 characters."""
-    longest = max((len(t) for t in replica_types), default=len("launcher"))
+    longest = max((len(t) for t in replica_types), default=UNNAMED_REPLICA_TYPE_LENGTH)
     return MAX_NAME - (longest + 2 + INDEX_DIGITS)
 
 

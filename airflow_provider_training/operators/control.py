@@ -44,7 +44,7 @@ class TrainingJobControlOperator(BaseOperator):
         self.kind = check_text("kind", kind, optional=True) or self.job_kind
         self.api_version = check_text("api_version", api_version, optional=True) or self.job_api_version
         if not self.kind:
-            raise ValueError("kind is required (e.g. kind='PyTorchJob')")
+            raise ValueError("kind is required: the custom resource's kind, as in its manifest")
         self.namespace = namespace
         self.kubernetes_conn_id = check_text("kubernetes_conn_id", kubernetes_conn_id, optional=True)
 

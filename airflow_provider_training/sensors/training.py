@@ -75,7 +75,7 @@ class TrainingJobSensor(BaseSensorOperator):
         self.kind = check_text("kind", kind, optional=True) or self.job_kind
         self.api_version = check_text("api_version", api_version, optional=True) or self.job_api_version
         if not self.kind:
-            raise ValueError("kind is required (e.g. kind='PyTorchJob'), or use a per-kind sensor")
+            raise ValueError("kind is required (the custom resource's kind), or use a per-kind sensor")
         self.kubernetes_conn_id = check_text("kubernetes_conn_id", kubernetes_conn_id, optional=True)
         self.target_state = target_state
         self.deferrable = check_bool("deferrable", deferrable)

@@ -62,10 +62,15 @@ def _pem(key: rsa.RSAPrivateKey) -> bytes:
 
 
 def _certificate(
-    subject: str, key: rsa.RSAPrivateKey, issuer: x509.Name | None, signer: rsa.RSAPrivateKey
+    subject: str,
+    key: rsa.RSAPrivateKey,
+    issuer: x509.Name | None,
+    signer: rsa.RSAPrivateKey,
+    names: tuple[str, ...] = ("localhost", "127.0.0.1"),
+    days: int = 2,
 ) -> x509.Certificate:
-    """A certificate for ``subject``: a CA when self-signed (``issuer`` None), else a serving certificate for
-    127.0.0.1 and localhost."""
+    """A certificate for ``subject`` valid ``days``, its subject alternative ``names`` (DNS names or IP
+    addresses): a CA when self-signed (``issuer`` None), else a serving certificate."""
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     now = datetime.datetime.now(datetime.UTC)
     builder = (
@@ -75,14 +80,35 @@ def _certificate(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
+        .not_valid_after(now + datetime.timedelta(days=days))
     )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName([_alternative(n) for n in names]), False)
     if issuer is None:
         builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-    else:
-        addresses = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-        builder = builder.add_extension(x509.SubjectAlternativeName(addresses), critical=False)
     return builder.sign(signer, hashes.SHA256())
+
+
+def _alternative(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def webhook_certificates(ca_name: str, dns_name: str) -> dict[str, bytes]:
+    """A webhook Secret's data as open-policy-agent's cert-controller writes and accepts it: ``ca.crt`` and
+    ``ca.key`` (a CA valid for ``ca_name``) and ``tls.crt``/``tls.key`` for ``dns_name`` (``<service>.
+    <namespace>.svc``), valid a year, so beyond its 90-day look-ahead it finds nothing to refresh."""
+    ca_key, key = (rsa.generate_private_key(public_exponent=65537, key_size=2048) for _ in range(2))
+    ca = _certificate(ca_name, ca_key, None, ca_key, names=(ca_name,), days=365)
+    serving = _certificate(dns_name, key, ca.subject, ca_key, names=(dns_name,), days=365)
+    return {
+        "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+        "ca.key": _pem(ca_key),
+        "tls.crt": serving.public_bytes(serialization.Encoding.PEM),
+        "tls.key": _pem(key),
+    }
 
 
 def write_client_certificate(
@@ -117,7 +143,7 @@ def write_certificates(directory: Path) -> dict[str, Path]:
     """A CA, the API server's serving certificate signed by it, the service-account key pair, and the client
     certificate kube-apiserver presents to kubelets (``--kubelet-client-certificate``)."""
     ca_key, key = (rsa.generate_private_key(public_exponent=65537, key_size=2048) for _ in range(2))
-    ca = _certificate("realkube-ca", ca_key, None, ca_key)
+    ca = _certificate("realkube-ca", ca_key, None, ca_key, names=())
     serving = _certificate("kube-apiserver", key, ca.subject, ca_key)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     paths = {

@@ -27,11 +27,13 @@ Outside a pod three parts of a Deployment are stood in for here:
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import socket
 import subprocess
 import urllib.error
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 NAMESPACE = "kubeflow"
 SERVICE = "training-operator"
 SECRET = "training-operator-webhook-cert"
+CA_NAME = "training-operator-ca"  # pkg/cert's caName
 WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
 # The kinds with a validating webhook in v1.9 (MPIJob v1 has none: its controller validates it).
 WEBHOOK_KINDS = ("jaxjob", "paddlejob", "pytorchjob", "tfjob", "xgboostjob")
@@ -109,10 +112,10 @@ class TrainingOperator:
 
         self.webhook_port = self.webhook_port or free_port()
         self.health_port = self.health_port or free_port()
-        self._register(cluster, host_address())
-        kubeconfig = self._service_account(cluster)
         tmp = self.directory / "training-operator-tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+        certificates = (tmp / "k8s-webhook-server" / "serving-certs", STATED_CERT_DIR)
+        self._register(cluster, host_address(), certificates)
+        kubeconfig = self._service_account(cluster)
         process = cluster._spawn(
             "training-operator",
             [
@@ -126,14 +129,14 @@ class TrainingOperator:
             ],
             env={**os.environ, "MY_POD_NAMESPACE": NAMESPACE, "TMPDIR": str(tmp)},
         )
-        secret = cluster.wait_for(lambda: secret_certificates(cluster, NAMESPACE, SECRET), 120)
-        mount_certificates(secret, tmp / "k8s-webhook-server" / "serving-certs", STATED_CERT_DIR)
-        cluster.wait_for(lambda: self._webhook_answers(cluster), 120)
+        probe = functools.partial(self._webhook_answers, cluster)
+        cluster.wait_for(lambda: webhook_serves(cluster, NAMESPACE, SECRET, certificates, probe), 120)
         return process
 
-    def _register(self, cluster: RealCluster, address: str) -> None:
+    def _register(self, cluster: RealCluster, address: str, certificates: tuple[Path, ...]) -> None:
         cluster.create_namespace(NAMESPACE)
-        cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", {"metadata": {"name": SECRET}})
+        secret = provide_webhook_secret(cluster, NAMESPACE, SECRET, SERVICE, CA_NAME)
+        mount_certificates(secret, *certificates)
         webhook_endpoint(cluster, NAMESPACE, SERVICE, self.webhook_port, address)
         path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
         cluster.request("POST", path, webhook_configuration())
@@ -229,8 +232,26 @@ def service_account_kubeconfig(
     return cluster.kubeconfig_for(f"system:serviceaccount:{namespace}:{name}", token)
 
 
+def provide_webhook_secret(
+    cluster: RealCluster, namespace: str, secret: str, service: str, ca_name: str
+) -> dict[str, bytes]:
+    """Create the webhook Secret already holding a pair its cert-controller accepts (``ca_name``'s CA, the
+    Service's DNS name), and return its data. A controller's webhook server reads its pair from disk as it
+    starts: given an empty Secret, the cert-controller fills it only once the process runs, and the copy
+    onto disk raced the server's start (one real run lost: ``open .../serving-certs/tls.crt: no such file
+    or directory``, the manager exited). A pod whose Secret exists finds it in its volume at start."""
+    from localkube.realcluster import webhook_certificates
+
+    data = webhook_certificates(ca_name, f"{service}.{namespace}.svc")
+    encoded = {name: base64.b64encode(value).decode() for name, value in data.items()}
+    cluster.request(
+        "POST", f"/api/v1/namespaces/{namespace}/secrets", {"metadata": {"name": secret}, "data": encoded}
+    )
+    return data
+
+
 def secret_certificates(cluster: RealCluster, namespace: str, secret: str) -> dict[str, bytes] | None:
-    """The webhook Secret's pair once the controller's cert-controller wrote it, else None."""
+    """The webhook Secret's pair, else None."""
     data = cluster.get(f"/api/v1/namespaces/{namespace}/secrets/{secret}").get("data") or {}
     if not {"tls.crt", "tls.key", "ca.crt"} <= set(data):
         return None
@@ -238,8 +259,27 @@ def secret_certificates(cluster: RealCluster, namespace: str, secret: str) -> di
 
 
 def mount_certificates(secret: dict[str, bytes], *directories: Path) -> None:
-    """Write the Secret's pair into each directory (what the kubelet's Secret volume would hold)."""
+    """Write the Secret's pair into each directory (what the kubelet's Secret volume would hold); files that
+    already hold it are left alone, so a watching server sees no write."""
     for directory in directories:
         directory.mkdir(parents=True, exist_ok=True)
         for name in ("tls.crt", "tls.key", "ca.crt"):
-            (directory / name).write_bytes(secret[name])
+            path = directory / name
+            if not path.exists() or path.read_bytes() != secret[name]:
+                path.write_bytes(secret[name])
+
+
+def webhook_serves(
+    cluster: RealCluster,
+    namespace: str,
+    secret: str,
+    directories: tuple[Path, ...],
+    probe: Callable[[], bool],
+) -> bool:
+    """One look: the Secret's pair on disk as the kubelet would keep it (the cert-controller may still rotate
+    what it was given), then whether kube-apiserver reaches the webhook (``probe``)."""
+    current = secret_certificates(cluster, namespace, secret)
+    if current is None:
+        return False
+    mount_certificates(current, *directories)
+    return probe()

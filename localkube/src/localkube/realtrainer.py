@@ -22,18 +22,19 @@ Each runs as its own manifests run it (copied unchanged beside the binaries, in 
   (The overlay installs JobSet into ``kubeflow-system`` too; outside a pod JobSet cannot learn that namespace,
   so it runs as JobSet's own release installs it, which the overlay's comment allows.)
 
-Both write their CA and serving certificate into their Secret with open-policy-agent's cert-controller and
-patch their webhooks' caBundle; JobSet is started first and the Trainer once JobSet's webhook answers (the
-Trainer creates JobSets). The pod parts are stood in for as for the training operator
-(localkube.realoperator): a token kubeconfig, the Secret's pair copied into the webhook server's
-``$TMPDIR/k8s-webhook-server/serving-certs`` (each its own ``TMPDIR``) and into the fixed
-``/tmp/k8s-webhook-server/serving-certs`` the cert-controller stats, and selector-less Services with
-Endpoints to this host's address.
+Each Secret is created holding a CA and serving pair its open-policy-agent cert-controller accepts (so it
+only patches the webhooks' caBundle, and the pair is on disk before the webhook server starts); JobSet is
+started first and the Trainer once JobSet's webhook answers (the Trainer creates JobSets). The pod parts are
+stood in for as for the training operator (localkube.realoperator): a token kubeconfig, the Secret's pair
+copied into the webhook server's ``$TMPDIR/k8s-webhook-server/serving-certs`` (each its own ``TMPDIR``) and
+into the fixed ``/tmp/k8s-webhook-server/serving-certs`` the cert-controller stats, and selector-less Services
+with Endpoints to this host's address.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import subprocess
 import urllib.error
@@ -49,9 +50,10 @@ from localkube.realoperator import (  # noqa: F401 (AGENT_ARGS, APISERVER_ARGS: 
     STATED_CERT_DIR,
     host_address,
     mount_certificates,
-    secret_certificates,
+    provide_webhook_secret,
     service_account_kubeconfig,
     webhook_endpoint,
+    webhook_serves,
 )
 
 if TYPE_CHECKING:
@@ -104,6 +106,7 @@ class Install:
     service_account: str
     service: str
     secret: str
+    ca_name: str  # its cert package's caName
     mutating: str
     validating: str
     prefix: str = ""  # kustomize namePrefix of the RBAC objects
@@ -118,6 +121,7 @@ JOBSET = Install(
     service_account="jobset-controller-manager",
     service="jobset-webhook-service",
     secret="jobset-webhook-server-cert",
+    ca_name="jobset-ca",
     mutating="jobset-mutating-webhook-configuration",
     validating="jobset-validating-webhook-configuration",
     prefix="jobset-",
@@ -133,6 +137,7 @@ TRAINER = Install(
     service_account="kubeflow-trainer-controller-manager",
     service="kubeflow-trainer-controller-manager",
     secret="kubeflow-trainer-webhook-cert",
+    ca_name="kubeflow-trainer-ca",
     mutating="defaulter.trainer.kubeflow.org",
     validating="validator.trainer.kubeflow.org",
     selectors={
@@ -188,16 +193,18 @@ class Controller:
         install = self.install
         self.webhook_port = self.webhook_port or free_port()
         self.health_port = self.health_port or free_port()
+        tmp = self.directory / f"{install.name}-tmp"
+        certificates = (tmp / "k8s-webhook-server" / "serving-certs", STATED_CERT_DIR)
         cluster.create_namespace(install.namespace)
-        secrets = f"/api/v1/namespaces/{install.namespace}/secrets"
-        cluster.request("POST", secrets, {"metadata": {"name": install.secret}})
+        secret = provide_webhook_secret(
+            cluster, install.namespace, install.secret, install.service, install.ca_name
+        )
+        mount_certificates(secret, *certificates)
         webhook_endpoint(cluster, install.namespace, install.service, self.webhook_port, host_address())
         for configuration in webhook_configurations(install, manifests_of(self.bin_dir)):
             plural = configuration["kind"].lower() + "s"
             cluster.request("POST", f"{ADMISSION}/{plural}", configuration)
         kubeconfig = self._service_account(cluster)
-        tmp = self.directory / f"{install.name}-tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
         config = self.directory / f"{install.name}-config.yaml"
         config.write_text(yaml.safe_dump(self._config(free_port())))
         process = cluster._spawn(
@@ -210,11 +217,10 @@ class Controller:
             ],
             env={**os.environ, "TMPDIR": str(tmp), "KUBECONFIG": str(kubeconfig)},
         )
-        secret = cluster.wait_for(
-            lambda: secret_certificates(cluster, install.namespace, install.secret), 120
+        probe = functools.partial(self._webhook_answers, cluster)
+        cluster.wait_for(
+            lambda: webhook_serves(cluster, install.namespace, install.secret, certificates, probe), 120
         )
-        mount_certificates(secret, tmp / "k8s-webhook-server" / "serving-certs", STATED_CERT_DIR)
-        cluster.wait_for(lambda: self._webhook_answers(cluster), 120)
         return process
 
     def _config(self, metrics_port: int) -> dict[str, Any]:
