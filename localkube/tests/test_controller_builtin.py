@@ -229,9 +229,9 @@ def test_indexed_job_runs_one_pod_per_index(kube: KubeClient) -> None:
         assert pod.metadata.annotations[INDEX] == str(index)
         assert pod.metadata.name.startswith(f"idx-{index}-") and len(pod.metadata.name) == len("idx-0-") + 5
         assert (pod.spec.hostname, pod.spec.subdomain) == (f"idx-{index}", "workers")
-        env = pod.spec.containers[0].env[0]
+        env = pod.spec.containers[0].env[-1]  # appended, from the label (PodIndexLabel, GA in 1.32)
         assert env.name == "JOB_COMPLETION_INDEX"
-        assert env.value_from.field_ref.field_path == f"metadata.annotations['{INDEX}']"
+        assert env.value_from.field_ref.field_path == f"metadata.labels['{INDEX}']"
         assert pod.status.phase == "Succeeded"
 
 

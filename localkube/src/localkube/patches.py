@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
@@ -13,7 +14,7 @@ from localkube.errors import ApiError
 
 STRATEGIC = "application/strategic-merge-patch+json"
 APPLY = "application/apply-patch+yaml"
-_SMP_MERGE_KEYS = {
+SMP_MERGE_KEYS = {
     "containers": "name",
     "initContainers": "name",
     "ephemeralContainers": "name",
@@ -35,10 +36,18 @@ UNSUPPORTED_PATCH_MSG = (
 )
 
 
-def merge_patch(target: Any, patch: Any, *, strategic: bool = False, key: str = "") -> Any:
-    """RFC 7386 merge patch; `strategic` merges known lists of objects by their merge key, as built-ins do."""
-    if strategic and isinstance(patch, list) and isinstance(target, list) and key in _SMP_MERGE_KEYS:
-        return _merge_list(target, patch, _SMP_MERGE_KEYS[key])
+def merge_patch(
+    target: Any,
+    patch: Any,
+    *,
+    strategic: bool = False,
+    key: str = "",
+    keys: Mapping[str, str] = SMP_MERGE_KEYS,
+) -> Any:
+    """RFC 7386 merge patch; `strategic` merges the lists of objects named in `keys` (field -> merge key,
+    the built-ins' by default) by their merge key."""
+    if strategic and isinstance(patch, list) and isinstance(target, list) and key in keys:
+        return _merge_list(target, patch, keys[key], keys)
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     result = dict(target) if isinstance(target, dict) else {}
@@ -46,11 +55,11 @@ def merge_patch(target: Any, patch: Any, *, strategic: bool = False, key: str = 
         if value is None:
             result.pop(name, None)
         else:
-            result[name] = merge_patch(result.get(name), value, strategic=strategic, key=name)
+            result[name] = merge_patch(result.get(name), value, strategic=strategic, key=name, keys=keys)
     return result
 
 
-def _merge_list(target: list, patch: list, merge_key: str) -> list:
+def _merge_list(target: list, patch: list, merge_key: str, keys: Mapping[str, str]) -> list:
     merged = copy.deepcopy(target)
     for item in patch:
         if not isinstance(item, dict) or merge_key not in item:
@@ -68,9 +77,9 @@ def _merge_list(target: list, patch: list, merge_key: str) -> list:
             if index is not None:
                 merged.pop(index)
         elif index is None:
-            merged.append(merge_patch(None, item, strategic=True))
+            merged.append(merge_patch(None, item, strategic=True, keys=keys))
         else:
-            merged[index] = merge_patch(merged[index], item, strategic=True)
+            merged[index] = merge_patch(merged[index], item, strategic=True, keys=keys)
     return merged
 
 

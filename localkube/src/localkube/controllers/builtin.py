@@ -15,9 +15,9 @@ pod runtime, the kubelet's part, runs them) and write the owner's `.status`:
   `completionMode: Indexed`: one pod per index `0..completions-1` (`parallelism` at once, lowest
   first) named `<job>-<index>-<5 random>`, with the label and annotation
   `batch.kubernetes.io/job-completion-index`, hostname `<job>-<index>` (the template's `subdomain`
-  kept), env `JOB_COMPLETION_INDEX` from that annotation; complete once every index has a succeeded pod
-  (`completedIndexes`, e.g. `0-2,5`); a failed index gets a new pod while `backoffLimit` allows (failed
-  pods counted as the real Job does; no `backoffLimitPerIndex`).
+  kept), env `JOB_COMPLETION_INDEX` from that label appended to each container that lacks it; complete
+  once every index has a succeeded pod (`completedIndexes`, e.g. `0-2,5`); a failed index gets a new pod
+  while `backoffLimit` allows (failed pods counted as the real Job does; no `backoffLimitPerIndex`).
 - **ReplicaSet**: `replicas` pods named `<rs>-<5 random>` with the template's labels and an ownerReference;
   status `replicas`, `fullyLabeledReplicas`, `readyReplicas`, `availableReplicas`, `observedGeneration`.
 
@@ -61,7 +61,7 @@ BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 COMPLETE_MESSAGE = "Reached expected number of succeeded pods"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX}']"
+INDEX_FIELD = f"metadata.labels['{COMPLETION_INDEX}']"  # PodIndexLabel, GA in 1.32: the label
 
 
 class WorkloadController(ReconcileLoop):
@@ -231,8 +231,9 @@ class BatchJobController(WorkloadController):
         pod_spec["hostname"] = f"{meta['name']}-{index}"
         index_env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}}
         for container in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
-            env = [e for e in container.get("env") or [] if e.get("name") != "JOB_COMPLETION_INDEX"]
-            container["env"] = [index_env, *env]
+            env = container.setdefault("env", [])
+            if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+                env.append(copy.deepcopy(index_env))
         return create_pod(
             self.store, job, template, labels, component="job-controller", prefix=f"{meta['name']}-{index}-"
         )

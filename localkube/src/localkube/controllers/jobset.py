@@ -9,7 +9,8 @@ true, per replicated job `replicas` 1, `completionMode: Indexed`, `restartPolicy
 - **Jobs**: per replicated job `replicas` batch Jobs `<jobset>-<rjob>-<jobIndex>`, controlled by the JobSet,
   their pods run by the batch Job controller. Job and pod template get the JobSet labels and annotations
   (`jobset-name`, `jobset-uid`, `replicatedjob-name`, `replicatedjob-replicas`, `global-replicas`,
-  `job-index`, `job-key`, `job-global-index`, `restart-attempt`); the pod template `subdomain` (the
+  `job-index`, `job-key`, `job-global-index`, `restart-attempt`, `group-name`, `group-replicas`,
+  `job-group-index`); the pod template `subdomain` (the
   network's `subdomain`, default the JobSet's name) when DNS hostnames are enabled, and then a headless
   Service of that name selecting `jobset-name`. `dependsOn` (`Ready`/`Complete` of an earlier replicated
   job) and `startupPolicy: InOrder` (a replicated job's Jobs once the previous one's are all ready) gate
@@ -72,6 +73,10 @@ JOB_INDEX = PREFIX + "job-index"
 JOB_KEY = PREFIX + "job-key"
 JOB_GLOBAL_INDEX = PREFIX + "job-global-index"
 RESTART_ATTEMPT = PREFIX + "restart-attempt"
+GROUP_NAME = PREFIX + "group-name"  # a replicated job's groupName (CRD default "default")
+GROUP_REPLICAS = PREFIX + "group-replicas"
+JOB_GROUP_INDEX = PREFIX + "job-group-index"
+DEFAULT_GROUP = "default"
 COMPONENT = "jobset-controller"
 
 COMPLETED, FAILED, SUSPENDED = "Completed", "Failed", "Suspended"
@@ -262,11 +267,17 @@ class _JobSet:
     def _marks(self, rjob: dict, index: int) -> tuple[dict[str, str], dict[str, str]]:
         """The labels (and, the same, annotations) upstream's `labelAndAnnotateObject` sets."""
         rjobs = self.spec["replicatedJobs"]
-        offset = 0
+        group = str(rjob.get("groupName") or DEFAULT_GROUP)
+        offset = group_offset = 0
         for other in rjobs:
             if other["name"] == rjob["name"]:
                 break
             offset += int(other["replicas"])
+            if str(other.get("groupName") or DEFAULT_GROUP) == group:
+                group_offset += int(other["replicas"])
+        group_replicas = sum(
+            int(r["replicas"]) for r in rjobs if str(r.get("groupName") or DEFAULT_GROUP) == group
+        )
         job_name = self._job_name(rjob, index)
         marks = {
             JOBSET_NAME: self.name,
@@ -278,6 +289,9 @@ class _JobSet:
             JOB_INDEX: str(index),
             JOB_KEY: hashlib.sha1(f"{self.namespace}/{job_name}".encode()).hexdigest(),
             JOB_GLOBAL_INDEX: str(offset + index),
+            GROUP_NAME: group,
+            GROUP_REPLICAS: str(group_replicas),
+            JOB_GROUP_INDEX: str(group_offset + index),
         }
         return marks, dict(marks)
 

@@ -34,8 +34,15 @@ its runtime plugins (`pkg/runtime/framework/plugins/{jobset,torch,mpi}`):
   found: ..."); the TrainJob is looked at again when a runtime of that name appears. A `runtimeRef` of
   another kind or group gets `Failed` `TrainingRuntimeNotSupported`.
 
-Simplified: no initializer env, `runtimePatches`, podGroupPolicy, XGBoost/Flux env, MPI volumes or
-key material, no runtime snapshot; `managedBy` other than the default is left alone.
+- **`runtimePatches`** applied to the runtime's template first, in order: each patch's `template.spec`
+  strategic-merged (replicated jobs by name, the runtime's order kept), its `template.metadata` labels
+  and annotations added to the JobSet's. MPI's volumes: the ssh Secret on the `node` and `launcher` pods
+  (mounted at `sshAuthMountPath` in their `node` container), the hostfile ConfigMap on the launcher's, at
+  `/etc/mpi`.
+
+Simplified: no initializer env, podGroupPolicy, XGBoost/Flux env or real key material, no runtime
+snapshot; `managedBy` other than the default is left alone. tests/operators/test_trainer_fidelity.py holds
+what it makes to what the real v2.3.0 made (tests/fixtures/real-trainer).
 """
 
 from __future__ import annotations
@@ -54,10 +61,11 @@ from localkube.controllers.builtin import (
     served,
 )
 from localkube.controllers.conditions import seconds_since
-from localkube.controllers.jobset import JOBSETS, set_condition
+from localkube.controllers.jobset import JOBSETS, defaulted, set_condition
 from localkube.controllers.kubeflow import controller_ref
 from localkube.controllers.loop import ReconcileLoop
 from localkube.events import record_event
+from localkube.patches import SMP_MERGE_KEYS, merge_patch
 from localkube.resources import CONFIGMAPS, SECRETS, ResourceType
 from localkube.store import ApiError, WatchEvent
 
@@ -78,6 +86,9 @@ NOT_FOUND = {
 }
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 NODE, LAUNCHER = "node", "launcher"
+SSH_AUTH_VOLUME, HOSTFILE_VOLUME = "mpi-ssh-auth", "mpi-hostfile"
+# Strategic merge keys of a JobSet spec (its replicated jobs are a map keyed by name) and the pods within.
+JOBSET_MERGE_KEYS = {**SMP_MERGE_KEYS, "replicatedJobs": "name"}
 TRAINER_PORT = 29500
 INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 COMPONENT = "trainjob-controller"
@@ -174,7 +185,7 @@ class _TrainJob:
             )
 
     def _build(self, runtime_spec: dict) -> tuple[dict, list[tuple[ResourceType, dict]]]:
-        template = copy.deepcopy(runtime_spec.get("template") or {})
+        template = self._patched(copy.deepcopy(runtime_spec.get("template") or {}))
         spec = template.get("spec") or {}
         policy = runtime_spec.get("mlPolicy") or {}
         mpi = policy.get("mpi")
@@ -206,6 +217,7 @@ class _TrainJob:
         if mpi is not None:
             extras = self._mpi(rjobs, mpi, launcher_as_node)
         spec["suspend"] = self.suspend
+        spec = defaulted(spec)  # what JobSet's mutating webhook stores
         meta = template.get("metadata") or {}
         jobset = {
             "apiVersion": JOBSETS.api_version,
@@ -219,6 +231,28 @@ class _TrainJob:
             "spec": spec,
         }
         return jobset, extras
+
+    def _patched(self, template: dict) -> dict:
+        """The runtime's JobSet template with the TrainJob's ``runtimePatches`` applied in order, as
+        v2.3.0's ``mergeRuntimePatches``: each patch's ``template.spec`` strategic-merged (replicated jobs by
+        name, containers, env and volumes by name, mounts by path), the runtime's replicated job order kept;
+        each patch's ``template.metadata`` labels and annotations added to the JobSet's."""
+        spec = template.setdefault("spec", {})
+        order = {r.get("name"): i for i, r in enumerate(spec.get("replicatedJobs") or [])}
+        meta = template.setdefault("metadata", {})
+        for patch in self.spec.get("runtimePatches") or []:
+            patch_template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+            patch_meta = patch_template.get("metadata") or {}
+            for field in ("labels", "annotations"):
+                if patch_meta.get(field):
+                    meta[field] = {**(meta.get(field) or {}), **patch_meta[field]}
+            if patch_template.get("spec"):
+                spec = merge_patch(spec, patch_template["spec"], strategic=True, keys=JOBSET_MERGE_KEYS)
+        spec["replicatedJobs"] = sorted(
+            spec.get("replicatedJobs") or [], key=lambda r: order.get(r.get("name"), len(order))
+        )
+        template["spec"] = spec
+        return template
 
     def _apply_trainer(self, rjob: dict) -> None:
         for container in _containers(rjob, NODE):
@@ -281,6 +315,7 @@ class _TrainJob:
                             {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
                         ],
                     )
+        self._mpi_volumes(rjobs, str(mpi.get("sshAuthMountPath") or "/root/.ssh"))
         owned = {"ownerReferences": [owner_reference(self.job)]}
         hostfile = {
             "metadata": {"name": f"{self.name}-mpi-hostfile", **owned},
@@ -292,6 +327,42 @@ class _TrainJob:
             "stringData": {"ssh-privatekey": "localkube: no key material", "ssh-publickey": "localkube"},
         }
         return [(CONFIGMAPS, hostfile), (SECRETS, secret)]
+
+    def _mpi_volumes(self, rjobs: list[dict], ssh_path: str) -> None:
+        """The MPI plugin's volumes: the ssh Secret on the node and launcher pods, mounted at the policy's
+        ``sshAuthMountPath`` in their ``node`` container; the hostfile ConfigMap on the launcher, at
+        /etc/mpi."""
+        ssh_auth = {
+            "name": SSH_AUTH_VOLUME,
+            "secret": {
+                "secretName": f"{self.name}-mpi-ssh-auth",
+                "defaultMode": 0o400,
+                "items": [
+                    {"key": "ssh-privatekey", "path": "id_rsa", "mode": 0o640},
+                    {"key": "ssh-publickey", "path": "id_rsa.pub", "mode": 0o644},
+                    {"key": "ssh-publickey", "path": "authorized_keys", "mode": 0o644},
+                ],
+            },
+        }
+        hostfile = {
+            "name": HOSTFILE_VOLUME,
+            "configMap": {
+                "name": f"{self.name}-mpi-hostfile",
+                "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444}],
+            },
+        }
+        for rjob in rjobs:
+            name = rjob.get("name")
+            if name not in (NODE, LAUNCHER):
+                continue
+            pod_spec = rjob["template"]["spec"].setdefault("template", {}).setdefault("spec", {})
+            volumes = [ssh_auth, hostfile] if name == LAUNCHER else [ssh_auth]
+            _upsert(pod_spec.setdefault("volumes", []), volumes, "name")
+            mounts = [{"name": SSH_AUTH_VOLUME, "mountPath": ssh_path}]
+            if name == LAUNCHER:
+                mounts.append({"name": HOSTFILE_VOLUME, "mountPath": "/etc/mpi"})
+            for container in _containers(rjob, NODE):
+                _upsert(container.setdefault("volumeMounts", []), mounts, "name")
 
     # -- status --------------------------------------------------------------------------------------------
     def _finished(self) -> bool:
@@ -376,14 +447,19 @@ def _containers(rjob: dict, name: str) -> list[dict]:
 
 
 def _upsert_env(container: dict, env: list[dict]) -> None:
-    """Upstream's `apply.UpsertEnvVars`: a variable of the same name is replaced in place, others appended."""
-    current = container.setdefault("env", [])
-    for var in env:
-        at = next((i for i, e in enumerate(current) if e.get("name") == var.get("name")), None)
+    """Upstream's `apply.UpsertEnvVars` (no empty list where there was none)."""
+    if env:
+        _upsert(container.setdefault("env", []), env, "name")
+
+
+def _upsert(current: list[dict], items: list[dict], key: str) -> None:
+    """Upstream's `apply.Upsert*`: an item of the same ``key`` is replaced in place, others appended."""
+    for item in items:
+        at = next((i for i, e in enumerate(current) if e.get(key) == item.get(key)), None)
         if at is None:
-            current.append(copy.deepcopy(var))
+            current.append(copy.deepcopy(item))
         else:
-            current[at] = copy.deepcopy(var)
+            current[at] = copy.deepcopy(item)
 
 
 def _upsert_port(container: dict) -> None:
