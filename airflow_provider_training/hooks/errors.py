@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,14 @@ class KubeApiError(Exception):
         return self.status == 404 and not (self.status_body.get("details") or {}).get("name")
 
     @property
+    def unknown_fields(self) -> list[str]:
+        """The fields a ``fieldValidation=Strict`` request was refused for (400, ``strict decoding error:
+        unknown field "spec.x", ...``): ones the installed CustomResourceDefinition does not declare."""
+        if self.status != 400 or "strict decoding error" not in self.message:
+            return []
+        return re.findall(r'unknown field "([^"]+)"', self.message)
+
+    @property
     def refused(self) -> ApiRequest | None:
         """The request, when this is RBAC refusing it (403 for a resource request)."""
         return self.request if self.status == 403 and self.request and self.request.resource else None
@@ -121,12 +130,19 @@ class KubeApiError(Exception):
         if self.reason:
             text += f" {self.reason}"
         text = f"{text}: {self.message}" if self.message else text
+        if self.unknown_fields:
+            return f"{text}{UNKNOWN_FIELDS_HINT}"
         if not self.resource_not_served:
             return text
         return f"{text}{served_elsewhere(self.request, self.served_in) if self.served_in else CRD_HINT}"
 
 
 CRD_HINT = " (is the resource's CustomResourceDefinition installed?)"
+UNKNOWN_FIELDS_HINT = (
+    " (the installed CustomResourceDefinition does not declare these fields, so the API server would have "
+    "dropped them; is it another release of the operator than the manifest is written for? Nothing was "
+    "created)"
+)
 
 
 def group_version_plural(request: ApiRequest | None) -> tuple[str, str, str] | None:

@@ -62,6 +62,10 @@ R = TypeVar("R")
 # A followed log that says nothing for this long is re-opened (a silently dead connection must not hang).
 FOLLOW_IDLE_TIMEOUT = 300.0
 
+# A field the installed CRD does not declare (another release's, a typo the spec model let through) is refused
+# with 400, not dropped without a trace as the API server otherwise does: nothing is created.
+STRICT = (("fieldValidation", "Strict"),)
+
 
 class AsyncTrainingJobHook(HookParameters):
     """Kubernetes API access for training jobs on one ``kubernetes`` connection (sessions shared per loop).
@@ -264,7 +268,7 @@ class AsyncTrainingJobHook(HookParameters):
 
         async def attempt(number: int) -> dict[str, Any]:
             try:
-                return await transport.request("POST", path, body=manifest)
+                return await transport.request("POST", path, query=STRICT, body=manifest)
             except KubeApiError as err:
                 if err.status != 409 or not name:
                     raise

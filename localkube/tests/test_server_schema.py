@@ -60,3 +60,33 @@ def test_unknown_fields_are_pruned(custom: client.CustomObjectsApi, ns: str) -> 
             {"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": "x"}}}},
         )
     assert invalid.value.status == 422
+
+
+def test_a_strict_create_refuses_unknown_fields_with_400_naming_each(
+    custom: client.CustomObjectsApi, ns: str
+) -> None:
+    job = pytorchjob(1, misspelledField=True, runPolicy={"cleanPodPolicy": "None", "backofLimit": 3})
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["imag"] = "x"
+    job["spec"]["nulled"] = None  # undeclared: refused though null
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"] = (
+        None  # dropped
+    )
+
+    with pytest.raises(ApiException) as refused:
+        custom.create_namespaced_custom_object(
+            "kubeflow.org", "v1", ns, "pytorchjobs", job, field_validation="Strict"
+        )
+
+    body = json.loads(refused.value.body)
+    assert (refused.value.status, body["reason"]) == (400, "BadRequest")
+    assert body["message"] == (
+        'PyTorchJob in version "v1" cannot be handled as a PyTorchJob: strict decoding error: '
+        'unknown field "spec.misspelledField", unknown field "spec.nulled", unknown field '
+        '"spec.pytorchReplicaSpecs.Master.template.spec.containers[0].imag", unknown field '
+        '"spec.runPolicy.backofLimit"'
+    )
+    names = [
+        j["metadata"]["name"]
+        for j in custom.list_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs")["items"]
+    ]
+    assert names == []  # nothing created

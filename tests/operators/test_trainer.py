@@ -22,6 +22,7 @@ from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from localkube.resources import PODS
 
+from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.kinds import get_kind
 from airflow_provider_training.operators import (
     TrainJobOperator,
@@ -213,6 +214,20 @@ def test_a_bad_spec_is_refused_naming_the_field_before_any_request(kube):
         operator(trainer={"numNodes": 0}).execute(make_context())
 
     assert sent_since(kube, before) == []
+
+
+def test_another_releases_field_is_refused_by_the_installed_crd_and_nothing_is_created(kube):
+    """Trainer v2.0's ``podSpecOverrides`` on a cluster whose CRD is v2.3's (which has ``runtimePatches``):
+    the API server would have dropped the overrides without a word; the strict create refuses them."""
+    overrides = [{"targetJobs": [{"name": "node"}], "tolerations": [{"key": "gpu", "operator": "Exists"}]}]
+    stored = len(train_jobs(kube))
+
+    with pytest.raises(KubeApiError) as refused:
+        operator(spec={"podSpecOverrides": overrides}).execute(make_context())
+
+    assert refused.value.unknown_fields == ["spec.podSpecOverrides"]
+    assert "another release of the operator" in str(refused.value)
+    assert len(train_jobs(kube)) == stored
 
 
 def test_a_whole_manifest_works_too_and_the_arguments_exclude_each_other(kube):

@@ -254,6 +254,14 @@ def _valid_datetime(text: str) -> bool:
     return "T" in text.upper() or " " in text
 
 
+class _Collected(list[FieldError]):
+    """The violations of one walk, and the fields it pruned as undeclared (``unknown``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unknown: list[str] = []
+
+
 def _walk(s: _Schema, value: Any, path: str, errors: list[FieldError], top: bool = False) -> Any:
     """Return a pruned, defaulted copy of ``value``; append what is wrong with it to ``errors``."""
     if value is None:
@@ -326,7 +334,8 @@ def _walk_object(s: _Schema, value: dict[str, Any], path: str, errors: list[Fiel
             out[key] = _walk(s.additional, item, _child(path, key), errors)
         elif s.additional or s.preserve_unknown:
             out[key] = copy.deepcopy(item)
-        # else: an unknown field, pruned silently
+        elif isinstance(errors, _Collected):  # an unknown field (a null too), pruned silently
+            errors.unknown.append(_child(path, key))
     for key, prop in s.properties.items():
         if key not in out and prop.default is not _NO_DEFAULT:
             out[key] = _walk(prop, copy.deepcopy(prop.default), _child(path, key), errors)
@@ -499,6 +508,14 @@ class SchemaRegistry:
 
     def has(self, group: str, version: str, plural: str) -> bool:
         return (group, version, plural) in self._versions
+
+    def unknown_fields(self, group: str, version: str, plural: str, obj: dict[str, Any]) -> list[str]:
+        """The paths of ``obj``'s fields that the schema does not declare (``spec.bogus``), in the order they
+        appear: what pruning drops silently, and what a ``fieldValidation=Strict`` request is refused for (a
+        null one too; a declared field's null is dropped without a word)."""
+        collected = _Collected()
+        _walk(self._schema((group, version, plural)), obj, "", collected, top=True)
+        return collected.unknown
 
     def validate_and_prune(
         self, group: str, version: str, plural: str, obj: dict[str, Any]

@@ -222,6 +222,8 @@ class _Api:
             )
         if request.method == "POST" and (namespace is not None or not rt.namespaced):
             body = await self._body(request)
+            if query.get("fieldValidation") == "Strict":
+                self._refuse_unknown_fields(rt, body)
             admit_create(rt, body)
             return json_response(self.store.create(rt, namespace or "", body), 201)
         if request.method == "DELETE" and "deletecollection" in discovery.verbs_of(rt):
@@ -238,6 +240,21 @@ class _Api:
                 }
             )
         raise _NOT_ALLOWED
+
+    def _refuse_unknown_fields(self, rt: ResourceType, body: dict) -> None:
+        """400 BadRequest, as kube-apiserver's strict decoder answers, for fields a custom resource's schema
+        does not declare (built-in kinds are not checked here)."""
+        schema = self.cluster.schema
+        if schema is None or not schema.has(rt.group, rt.version, rt.plural):
+            return
+        unknown = sorted(
+            schema.unknown_fields(rt.group, rt.version, rt.plural, body)
+        )  # as kube-apiserver does
+        if unknown:
+            fields = ", ".join(f'unknown field "{path}"' for path in unknown)
+            handled = f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}'
+            message = f"{handled}: strict decoding error: {fields}"
+            raise ApiError(400, "BadRequest", message)
 
     async def _object(
         self,
