@@ -56,7 +56,9 @@ class MXJobV1Alpha1Spec(LegacySpec):
     termination_policy: TerminationPolicy | None = Field(None, alias="terminationPolicy")
     cleanup_pod_policy: Literal["", "All", "Running", "None"] | None = Field(None, alias="cleanupPodPolicy")
     scheduler_name: str | None = Field(None, alias="schedulerName")
-    job_mode: Literal["local", "dist"] | None = Field(None, alias="jobMode")  # not in the type; ignored
+    # Not in v1alpha1's type, so its operator ignores it, but upstream's examples carry it: accepted, never
+    # sent (a CRD with a schema lacks it, and a strict create refuses it).
+    job_mode: Literal["local", "dist"] | None = Field(None, alias="jobMode", exclude=True)
 
 
 @dataclass(frozen=True)
