@@ -97,6 +97,8 @@ class LogCursor:
     restart) resumes the pod's log where this one stopped.
     """
 
+    __slots__ = ("count", "key")
+
     def __init__(self, state: Sequence[int] | None = None) -> None:
         self.key: int | None = int(state[0]) if state else None
         self.count = int(state[1]) if state else 0
@@ -163,7 +165,23 @@ class _Signal:
 
 
 class _Pod:
-    """What the streamer knows about one followed pod."""
+    """What the streamer knows about one followed pod (slots: a triggerer follows thousands)."""
+
+    __slots__ = (
+        "changed",
+        "container",
+        "cursor",
+        "deleted",
+        "name",
+        "pod",
+        "prefix",
+        "restarts_read",
+        "tail",
+        "tail_lines",
+        "task",
+        "uid",
+        "unread",
+    )
 
     def __init__(
         self,
@@ -550,20 +568,26 @@ class ReplicaLogStreamer:
         pod.restarts_read = restarts
 
     async def _stream(self, pod: _Pod) -> int:
+        """Follow the pod's log until it ends (the container did) or breaks; the lines emitted. While the pod
+        says nothing, its task waits in here on one future of its stream (``hooks.transport.LineStream``)."""
         fresh = pod.cursor.session()
         emitted = 0
-        lines = self.hook.follow_log(
-            self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
-        )
         pod.unread = "its log stream was interrupted"
-        step = _Steps()
         try:
-            async for line in lines:
-                key, text = split_stamp(line)
-                if fresh(key):
-                    self._emit(pod, text, key)
-                    emitted += 1
-                await step.pause()
+            stream = await self.hook.open_log(
+                self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
+            )
+            try:
+                while (lines := await stream.lines()) is not None:
+                    step = _Steps()
+                    for line in lines:
+                        key, text = split_stamp(line.decode("utf-8", errors="replace"))
+                        if fresh(key):
+                            self._emit(pod, text, key)
+                            emitted += 1
+                        await step.pause()
+            finally:
+                stream.close()
         except Exception as err:
             pod.unread = _unreadable(err)
             if not _retry_later(err):
@@ -615,6 +639,8 @@ class ReplicaLogStreamer:
 
 class _Steps:
     """Ends the current step of the event loop once it has run ``STEP_SECONDS``."""
+
+    __slots__ = ("began",)
 
     def __init__(self) -> None:
         self.began = time.perf_counter()
