@@ -20,6 +20,7 @@ parser and connection bookkeeping held some 13 KiB). Through a proxy it goes thr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import ssl
@@ -50,6 +51,7 @@ READ_BUFFER = 2**21  # as kubernetes_asyncio: watch events of large objects exce
 LINES_BUFFER = 2**20  # a followed log's reading pauses while this many bytes wait to be handed on
 LINES_PIECE = 2**16  # lines are handed on in pieces of about this many bytes
 MAX_HEAD = 2**16  # the longest response head (or chunk size line) accepted
+TLS_READ = 2**16  # the most plain bytes taken from a TLS session at once
 
 
 def collection_path(resource: ResourceRef, namespace: str | None) -> str:
@@ -332,23 +334,19 @@ class KubeTransport:
         stream = LineStream(read_timeout)
         key = ConnectionKey(host, port, context is not None, context or False, None, None, None, None)
         try:
-            async with asyncio.timeout(self._timeout.sock_connect):
-                await asyncio.get_running_loop().create_connection(
-                    lambda: stream,
-                    host,
-                    port,
-                    ssl=context,
-                    server_hostname=self._configuration.tls_server_name if context else None,
-                )
-        except TimeoutError as err:
-            raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {url}") from err
-        except ssl.CertificateError as err:
-            raise aiohttp.ClientConnectorCertificateError(key, err) from err
-        except ssl.SSLError as err:
-            raise aiohttp.ClientConnectorSSLError(key, err) from err
-        except OSError as err:
-            raise aiohttp.ClientConnectorError(key, err) from err
-        try:
+            try:
+                async with asyncio.timeout(self._timeout.sock_connect):
+                    await asyncio.get_running_loop().create_connection(lambda: stream, host, port)
+                    if context is not None:
+                        await stream.handshake(context, self._configuration.tls_server_name or host)
+            except TimeoutError as err:
+                raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {url}") from err
+            except ssl.CertificateError as err:
+                raise aiohttp.ClientConnectorCertificateError(key, err) from err
+            except ssl.SSLError as err:
+                raise aiohttp.ClientConnectorSSLError(key, err) from err
+            except OSError as err:
+                raise aiohttp.ClientConnectorError(key, err) from err
             stream.send(request)
             await stream.head()
         except BaseException:
@@ -447,6 +445,18 @@ class ResponseLines(LineReader):
         self.response.close()
 
 
+class _Tls:
+    """A client TLS session over memory buffers (``ssl.SSLObject``)."""
+
+    __slots__ = ("incoming", "outgoing", "ready", "sslobj")
+
+    def __init__(self, context: ssl.SSLContext, server_hostname: str) -> None:
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.sslobj = context.wrap_bio(self.incoming, self.outgoing, server_hostname=server_hostname)
+        self.ready = False  # handshake done
+
+
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _LENGTH, _UNTIL_CLOSE, _ENDED = range(8)
 
 
@@ -471,6 +481,7 @@ class LineStream(LineReader, asyncio.Protocol):
         "_state",
         "_timeout",
         "_timer",
+        "_tls",
         "_transport",
         "_waiter",
         "headers",
@@ -491,6 +502,7 @@ class LineStream(LineReader, asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0
         self._paused = False
+        self._tls: _Tls | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------------
 
@@ -505,6 +517,28 @@ class LineStream(LineReader, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._timer is not None:
             self._last = asyncio.get_running_loop().time()
+        tls = self._tls
+        if tls is None:
+            self._received(data)
+        else:
+            tls.incoming.write(data)
+            try:
+                if not tls.ready:
+                    tls.sslobj.do_handshake()
+                    tls.ready = True
+                while plain := tls.sslobj.read(TLS_READ):
+                    self._received(plain)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                pass  # a record's rest is to come; or the server's close_notify (its FIN follows)
+            except ssl.SSLError as err:
+                self._fail(err if not tls.ready else aiohttp.ClientPayloadError(f"TLS error: {err!r}"))
+            self._flush_tls()
+        if len(self._body) > LINES_BUFFER and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+        self._wake()
+
+    def _received(self, data: bytes) -> None:
         if self._state == _UNTIL_CLOSE or (
             self._state == _CHUNK_DATA and not self._raw and len(data) < self._left
         ):
@@ -517,11 +551,6 @@ class LineStream(LineReader, asyncio.Protocol):
                 self._parse()
             except (ValueError, IndexError) as err:
                 self._fail(aiohttp.ClientPayloadError(f"Invalid HTTP answer: {err}"))
-                return
-        if len(self._body) > LINES_BUFFER and not self._paused and self._transport is not None:
-            self._paused = True
-            self._transport.pause_reading()
-        self._wake()
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes itself: connection_lost follows
@@ -656,9 +685,28 @@ class LineStream(LineReader, asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
 
+    async def handshake(self, context: ssl.SSLContext, server_hostname: str) -> None:
+        """TLS over this connection, through memory buffers: asyncio's own TLS transport reads through a
+        256 KiB buffer per connection (``sslproto.SSLProtocol.max_size``), twenty times what an idle
+        follow holds otherwise."""
+        tls = self._tls = _Tls(context, server_hostname)
+        with contextlib.suppress(ssl.SSLWantReadError):
+            tls.sslobj.do_handshake()
+        self._flush_tls()
+        while not tls.ready:
+            await self._more()
+
+    def _flush_tls(self) -> None:
+        if self._tls is not None and self._transport is not None and (out := self._tls.outgoing.read()):
+            self._transport.write(out)
+
     def send(self, data: bytes) -> None:
         assert self._transport is not None
-        self._transport.write(data)
+        if self._tls is None:
+            self._transport.write(data)
+        else:
+            self._tls.sslobj.write(data)
+            self._flush_tls()
 
     def error_body(self) -> bytearray:
         """An error answer's body (read whole by :meth:`head`)."""
