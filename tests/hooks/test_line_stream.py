@@ -211,3 +211,25 @@ async def test_a_dropped_connection_before_the_answer_is_retried(kube, hook):
         lines.append(line)
         kube.logs.close_container("default", name, "pytorch")
     assert lines == ["after the drop"]
+
+
+@pytest.mark.parametrize("how", ["environment", "proxy-url"])
+async def test_through_a_proxy_the_follow_goes_through_the_session(how, monkeypatch):
+    """``HTTP_PROXY`` (the session trusts the environment) or ``proxy-url``; the scripted server proxies."""
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    async with scripted() as (script, _):
+        proxy = f"http://127.0.0.1:{script.port}"
+        if how == "environment":
+            monkeypatch.setenv("HTTP_PROXY", proxy)
+        transport = KubeTransport(
+            ClusterConfig(host="http://kube.invalid", proxy=proxy if how != "environment" else None)
+        )
+        script.push(HEAD, chunk(b"via\nthe proxy\n"), b"0\r\n\r\n")
+        stream = await transport.follow("/api/v1/namespaces/ns/pods/p/log")
+        assert not isinstance(stream, LineStream)
+        assert await stream.lines() == [b"via", b"the proxy"]
+        assert await stream.lines() is None
+        stream.close()
+        await transport.close()
+    assert script.request.startswith(b"GET http://kube.invalid/api/v1/namespaces/ns/pods/p/log HTTP/1.1")
