@@ -6,9 +6,9 @@ stream, over plain HTTP and over TLS, nothing else running in it.
 
 A server in a child process (asyncio; over TLS with localkube's self-signed kubelet certificate, not
 verified by the client) answers each GET with a chunked 200 head and then nothing, as a quiet pod's log
-follow does. The client opens one stream to warm up, then ``--streams`` more through one ``KubeTransport`` and reads VmRSS before and after (after a gc). A tree
-without ``KubeTransport.follow`` (before the provider's own stream) opens them with ``stream()``, an aiohttp
-response each.
+follow does. The client opens one stream to warm up, then ``--streams`` more through one
+``KubeTransport`` and reads VmRSS before and after (after a gc). A tree without ``KubeTransport.follow``
+(before the provider's own stream) opens them with ``stream()``, an aiohttp response each.
 """
 
 from __future__ import annotations
