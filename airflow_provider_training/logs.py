@@ -586,9 +586,9 @@ class ReplicaLogStreamer:
             stream = await self.hook.open_log(
                 self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
             )
+            step = _Steps()  # one for the whole stream: a backlog's next lines come without a suspension
             try:
                 while (lines := await stream.lines()) is not None:
-                    step = _Steps()
                     for line in lines:
                         key, text = split_stamp(line.decode("utf-8", errors="replace"))
                         if fresh(key):
