@@ -97,6 +97,8 @@ class LogCursor:
     restart) resumes the pod's log where this one stopped.
     """
 
+    __slots__ = ("count", "key")
+
     def __init__(self, state: Sequence[int] | None = None) -> None:
         self.key: int | None = int(state[0]) if state else None
         self.count = int(state[1]) if state else 0
@@ -112,26 +114,35 @@ class LogCursor:
 
     def session(self) -> Callable[[int | None], bool]:
         """A filter for one read from :meth:`since`: ``True`` for each line not emitted before."""
-        start_key, start_count = self.key, self.count
-        repeats = 0
+        return _Session(self)
 
-        def fresh(key: int | None) -> bool:
-            nonlocal repeats
-            if key is None:
-                return True
-            if start_key is not None and key <= start_key:
-                if key < start_key:
-                    return False
-                repeats += 1
-                if repeats <= start_count:
-                    return False
-            if self.key is None or key > self.key:
-                self.key, self.count = key, 1
-            else:
-                self.count += 1
+
+class _Session:
+    """:meth:`LogCursor.session`'s filter: an object of four slots, not a closure with its cells (a followed
+    pod holds one for as long as its stream is open)."""
+
+    __slots__ = ("cursor", "repeats", "start_count", "start_key")
+
+    def __init__(self, cursor: LogCursor) -> None:
+        self.cursor = cursor
+        self.start_key, self.start_count = cursor.key, cursor.count
+        self.repeats = 0
+
+    def __call__(self, key: int | None) -> bool:
+        if key is None:
             return True
-
-        return fresh
+        start_key, cursor = self.start_key, self.cursor
+        if start_key is not None and key <= start_key:
+            if key < start_key:
+                return False
+            self.repeats += 1
+            if self.repeats <= self.start_count:
+                return False
+        if cursor.key is None or key > cursor.key:
+            cursor.key, cursor.count = key, 1
+        else:
+            cursor.count += 1
+        return True
 
 
 class _Signal:
@@ -163,7 +174,23 @@ class _Signal:
 
 
 class _Pod:
-    """What the streamer knows about one followed pod."""
+    """What the streamer knows about one followed pod (slots: a triggerer follows thousands)."""
+
+    __slots__ = (
+        "changed",
+        "container",
+        "cursor",
+        "deleted",
+        "name",
+        "pod",
+        "prefix",
+        "restarts_read",
+        "tail",
+        "tail_lines",
+        "task",
+        "uid",
+        "unread",
+    )
 
     def __init__(
         self,
@@ -509,39 +536,39 @@ class ReplicaLogStreamer:
     # -- one pod ---------------------------------------------------------------------------------------------
 
     async def _follow(self, pod: _Pod) -> None:
+        """The pod's follow task: its log streamed while its container runs, read when it stopped, until the
+        pod ends or goes. One coroutine under the task besides the stream's read (thousands are held)."""
         try:
-            await self._follow_until_done(pod)
+            while not pod.deleted:
+                pod.changed.clear()
+                status = pod.container_status()
+                state = status.get("state") or {}
+                if not pod.has_run:
+                    if pod.phase in _TERMINAL_PHASES:
+                        return  # it ended without ever starting this container
+                    await pod.wait_change()
+                    continue
+                await self._catch_up_restarts(pod, int(status.get("restartCount") or 0))
+                if not state.get("running"):
+                    await self._read(pod)
+                    if pod.phase in _TERMINAL_PHASES:
+                        return
+                    await pod.wait_change()
+                    continue
+                emitted = await self._stream(pod)
+                try:
+                    fresh = await self.hook.get_pod(self.namespace, pod.name)
+                except Exception as err:
+                    if not is_transient(err):
+                        raise
+                    await pod.wait_change(self.retry_interval)
+                    continue
+                pod.update(fresh if fresh is not None and _uid(fresh) == pod.uid else None)
+                running = fresh is not None and (fresh.get("status") or {}).get("phase") == "Running"
+                if not emitted and running:
+                    await pod.wait_change(self.retry_interval)  # nothing new: do not spin on a quiet one
         except Exception as err:  # one pod's trouble must not end the others' streams
             self.note(f"Stopped streaming the logs of pod {pod.name}: {err}")  # the task log's, not ours
-
-    async def _follow_until_done(self, pod: _Pod) -> None:
-        while not pod.deleted:
-            pod.changed.clear()
-            status = pod.container_status()
-            state = status.get("state") or {}
-            if not pod.has_run:
-                if pod.phase in _TERMINAL_PHASES:
-                    return  # it ended without ever starting this container
-                await pod.wait_change()
-                continue
-            await self._catch_up_restarts(pod, int(status.get("restartCount") or 0))
-            if not state.get("running"):
-                await self._read(pod)
-                if pod.phase in _TERMINAL_PHASES:
-                    return
-                await pod.wait_change()
-                continue
-            emitted = await self._stream(pod)
-            try:
-                fresh = await self.hook.get_pod(self.namespace, pod.name)
-            except Exception as err:
-                if not is_transient(err):
-                    raise
-                await pod.wait_change(self.retry_interval)
-                continue
-            pod.update(fresh if fresh is not None and _uid(fresh) == pod.uid else None)
-            if not emitted and fresh is not None and (fresh.get("status") or {}).get("phase") == "Running":
-                await pod.wait_change(self.retry_interval)  # nothing new: do not spin on a quiet container
 
     async def _catch_up_restarts(self, pod: _Pod, restarts: int) -> None:
         """Read the previous instance first when the container restarted since we last looked."""
@@ -550,20 +577,26 @@ class ReplicaLogStreamer:
         pod.restarts_read = restarts
 
     async def _stream(self, pod: _Pod) -> int:
+        """Follow the pod's log until it ends (the container did) or breaks; the lines emitted. While the pod
+        says nothing, its task waits in here on one future of its stream (``hooks.transport.LineStream``)."""
         fresh = pod.cursor.session()
         emitted = 0
-        lines = self.hook.follow_log(
-            self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
-        )
         pod.unread = "its log stream was interrupted"
-        step = _Steps()
         try:
-            async for line in lines:
-                key, text = split_stamp(line)
-                if fresh(key):
-                    self._emit(pod, text, key)
-                    emitted += 1
-                await step.pause()
+            stream = await self.hook.open_log(
+                self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
+            )
+            step = _Steps()  # one for the whole stream: a backlog's next lines come without a suspension
+            try:
+                while (lines := await stream.lines()) is not None:
+                    for line in lines:
+                        key, text = split_stamp(line.decode("utf-8", errors="replace"))
+                        if fresh(key):
+                            self._emit(pod, text, key)
+                            emitted += 1
+                        await step.pause()
+            finally:
+                stream.close()
         except Exception as err:
             pod.unread = _unreadable(err)
             if not _retry_later(err):
@@ -615,6 +648,8 @@ class ReplicaLogStreamer:
 
 class _Steps:
     """Ends the current step of the event loop once it has run ``STEP_SECONDS``."""
+
+    __slots__ = ("began",)
 
     def __init__(self) -> None:
         self.began = time.perf_counter()

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import aiohttp
 from airflow.sdk import BaseHook
 
 from airflow_provider_training.diagnostics import event_time
@@ -39,6 +38,7 @@ from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.transport import (
     MERGE_PATCH,
     KubeTransport,
+    LineReader,
     collection_path,
     describe_request,
     encode_query,
@@ -480,6 +480,27 @@ class AsyncTrainingJobHook(HookParameters):
         ``FOLLOW_IDLE_TIMEOUT``, raises the aiohttp error (resuming without loss or duplicates needs the
         timestamps, which ``logs.ReplicaLogStreamer`` does).
         """
+        stream = await self.open_log(namespace, pod, container, since_time=since_time, timestamps=timestamps)
+        try:
+            while (lines := await stream.lines()) is not None:
+                for line in lines:
+                    yield line.decode("utf-8", errors="replace")
+        finally:
+            stream.close()
+
+    async def open_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        since_time: datetime | None = None,
+        timestamps: bool = True,
+    ) -> LineReader:
+        """:meth:`follow_log`'s stream, opened (retried), its lines as bytes: ``await stream.lines()`` gives
+        the next ones as they arrive and ``None`` at the end; ``close()`` it when done. A connection of its
+        own, holding little more than its socket while the container says nothing (``transport.LineStream``).
+        """
         query = encode_query(
             {
                 "container": container,
@@ -490,15 +511,9 @@ class AsyncTrainingJobHook(HookParameters):
         )
         transport = await self.transport()
         path = object_path(PODS, namespace, pod, "log")
-        async with contextlib.AsyncExitStack() as stack:
-
-            async def open_stream(_attempt: int) -> aiohttp.ClientResponse:
-                stream = transport.stream(path, query=query, read_timeout=FOLLOW_IDLE_TIMEOUT)
-                return await stack.enter_async_context(stream)
-
-            resp = await self.retry.call(open_stream)
-            async for line in iter_lines(resp):
-                yield line.decode("utf-8", errors="replace")
+        return await self.retry.call(
+            lambda _attempt: transport.follow(path, query=query, read_timeout=FOLLOW_IDLE_TIMEOUT)
+        )
 
 
 def replica_selectors(kind: JobKind, job_name: str, *, master: bool = False) -> tuple[str, ...]:

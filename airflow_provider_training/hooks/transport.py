@@ -10,21 +10,31 @@ thousand triggers and their log streams hold one, not one each. The TLS context 
 costs tens of milliseconds of CPU and most of a megabyte) is built in a worker thread, once per process and
 TLS settings, and only for ``https://`` servers: many triggers starting together on the triggerer's loop
 must not each build one there (kubernetes_asyncio's ``ApiClient`` builds one per client).
+
+A followed log (``follow=true``, one per streamed pod, a triggerer holds thousands) does not go through the
+session: :class:`LineStream` is one connection that sends its GET and parses the HTTP/1.1 answer itself, and
+holds little more than its socket while the pod says nothing (an aiohttp response with its reader, protocol,
+parser and connection bookkeeping held some 13 KiB). Through a proxy it goes through the session as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import ssl
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
+from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.helpers import get_env_proxy_for_url
+from multidict import CIMultiDict
+from yarl import URL
 
 from airflow_provider_training.hooks.errors import ApiRequest, KubeApiError
 from airflow_provider_training.kinds.base import ResourceRef
@@ -38,6 +48,10 @@ Query = Iterable[tuple[str, str]]
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "airflow-provider-training"
 READ_BUFFER = 2**21  # as kubernetes_asyncio: watch events of large objects exceed aiohttp's default
+LINES_BUFFER = 2**20  # a followed log's reading pauses while this many bytes wait to be handed on
+LINES_PIECE = 2**16  # lines are handed on in pieces of about this many bytes
+MAX_HEAD = 2**16  # the longest response head (or chunk size line) accepted
+TLS_READ = 2**16  # the most plain bytes taken from a TLS session at once
 
 
 def collection_path(resource: ResourceRef, namespace: str | None) -> str:
@@ -95,14 +109,30 @@ class _Pool:
         self.pools = pools  # its loop's pools, by configuration
         self.users = 0
         self.session: aiohttp.ClientSession | None = None
+        self.goes_direct: bool | None = None
+
+    async def tls(self) -> ssl.SSLContext | None:
+        """The shared TLS context (``None`` for a plain ``http://`` server)."""
+        cfg = self.configuration
+        return None if str(cfg.host).startswith("http://") else await shared_ssl_context(cfg)
+
+    def direct(self) -> bool:
+        """Whether requests reach the server without a proxy: none configured (``proxy-url``) and none
+        from the environment (``HTTPS_PROXY``, ``NO_PROXY``: the session trusts it)."""
+        if self.goes_direct is None:
+            try:
+                self.goes_direct = not self.configuration.proxy and not get_env_proxy_for_url(
+                    URL(str(self.configuration.host))
+                )
+            except LookupError:  # no proxy for this server in the environment
+                self.goes_direct = True
+        return self.goes_direct
 
     async def open(self) -> aiohttp.ClientSession:
         if self.session is None:
-            cfg = self.configuration
-            plain = str(cfg.host).startswith("http://")
-            context: ssl.SSLContext | bool = False if plain else await shared_ssl_context(cfg)
+            context = await self.tls()
             if self.session is None:  # another transport may have opened it meanwhile
-                connector = aiohttp.TCPConnector(limit=0, ssl=context)
+                connector = aiohttp.TCPConnector(limit=0, ssl=context or False)
                 self.session = aiohttp.ClientSession(
                     connector=connector, trust_env=True, read_bufsize=READ_BUFFER
                 )
@@ -132,6 +162,18 @@ def _pool_for(configuration: ClusterConfig) -> _Pool:
     return pool
 
 
+class _Answer(Protocol):
+    """An HTTP answer as the credential retry sees it."""
+
+    @property
+    def status(self) -> int: ...
+
+    def release(self) -> Any: ...
+
+
+AnswerT = TypeVar("AnswerT", bound=_Answer)
+
+
 class KubeTransport:
     """Requests on one configuration: counted, timed out and re-authenticated per transport, sent over the
     loop's shared session of that configuration (see :class:`_Pool`), joined on the first request."""
@@ -155,19 +197,36 @@ class KubeTransport:
             pool, self._pool = self._pool, None
             await pool.release()
 
-    async def _open(self) -> aiohttp.ClientSession:
+    def _pooled(self) -> _Pool:
         if self._pool is None:
             self._pool = _pool_for(self._configuration)
-        return await self._pool.open()
+        return self._pool
+
+    async def _open(self) -> aiohttp.ClientSession:
+        return await self._pooled().open()
 
     async def _send(self, *args: Any) -> aiohttp.ClientResponse:
-        resp = await self._send_once(*args)
-        if resp.status == 401 and self._reload_credentials is not None:
-            resp.release()
+        return await self._authorized(lambda: self._send_once(*args))
+
+    async def _authorized(self, send: Callable[[], Awaitable[AnswerT]]) -> AnswerT:
+        """``send()``'s answer; after a 401 the credentials are loaded again and it is sent once more."""
+        answer = await send()
+        if answer.status == 401 and self._reload_credentials is not None:
+            answer.release()
             fresh = await self._reload_credentials()
             self._configuration.take_credentials(fresh)
-            resp = await self._send_once(*args)
-        return resp
+            answer = await send()
+        return answer
+
+    async def _headers(self, accept: str, content_type: str = "application/json") -> dict[str, str]:
+        self.requests += 1
+        headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": USER_AGENT}
+        headers.update(await self._configuration.auth_headers())  # exec plugins refresh their token first
+        return headers
+
+    def _url(self, path: str, query: Query | None) -> str:
+        params = list(query or ())
+        return f"{self._configuration.host}{path}" + (f"?{urlencode(params)}" if params else "")
 
     async def _send_once(
         self,
@@ -180,16 +239,11 @@ class KubeTransport:
         timeout: aiohttp.ClientTimeout,
     ) -> aiohttp.ClientResponse:
         session = await self._open()
-        self.requests += 1
         cfg = self._configuration
-        headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": USER_AGENT}
-        headers.update(await cfg.auth_headers())  # exec plugins refresh their token first
-        params = list(query or ())
-        url = f"{cfg.host}{path}" + (f"?{urlencode(params)}" if params else "")
         return await session.request(
             method,
-            url,
-            headers=headers,
+            self._url(path, query),
+            headers=await self._headers(accept, content_type),
             data=None if body is None else json.dumps(body, default=_json_default),
             timeout=timeout,
             proxy=cfg.proxy,
@@ -209,7 +263,7 @@ class KubeTransport:
         resp = await self._send(method, path, query, body, content_type, "application/json", self._timeout)
         async with resp:
             raw = await resp.read()
-            _raise_for_status(resp, raw, describe_request(method, path, query))
+            _raise_for_status(resp.status, raw, resp.headers, describe_request(method, path, query))
         return json.loads(raw) if raw else {}
 
     async def read_bytes(self, path: str, *, query: Query | None = None) -> bytes:
@@ -217,7 +271,7 @@ class KubeTransport:
         resp = await self._send("GET", path, query, None, "application/json", "*/*", self._timeout)
         async with resp:
             raw = await resp.read()
-            _raise_for_status(resp, raw, describe_request("GET", path, query))
+            _raise_for_status(resp.status, raw, resp.headers, describe_request("GET", path, query))
         return raw
 
     @asynccontextmanager
@@ -231,31 +285,441 @@ class KubeTransport:
         resp = await self._send("GET", path, query, None, "application/json", "*/*", timeout)
         try:
             if not 200 <= resp.status < 300:
-                _raise_for_status(resp, await resp.read(), describe_request("GET", path, query))
+                _raise_for_status(
+                    resp.status, await resp.read(), resp.headers, describe_request("GET", path, query)
+                )
             yield resp
         finally:
             resp.close()
 
+    async def follow(
+        self, path: str, *, query: Query | None = None, read_timeout: float | None = None
+    ) -> LineReader:
+        """A long-lived GET read as lines (a log follow), its answer's head read; ``close()`` it when done.
 
-def _raise_for_status(resp: aiohttp.ClientResponse, raw: bytes, request: ApiRequest) -> None:
-    if not 200 <= resp.status < 300:
-        error = KubeApiError.from_response(resp.status, raw, resp.headers)
+        Raises :class:`KubeApiError` on a non-2xx answer. Without a proxy it is a :class:`LineStream` on its
+        own connection; through a proxy, the session's response.
+        """
+        pool = self._pooled()
+        if not pool.direct():
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=self._timeout.sock_connect, sock_read=read_timeout
+            )
+            resp = await self._send("GET", path, query, None, "application/json", "*/*", timeout)
+            reader: LineReader = ResponseLines(resp)
+            status, headers = resp.status, CIMultiDict(resp.headers)
+            error_body = b"" if 200 <= status < 300 else await _read_closing(resp)
+        else:
+            stream = await self._authorized(lambda: self._connect(pool, path, query, read_timeout))
+            reader, status, headers = stream, stream.status, stream.headers or CIMultiDict()
+            error_body = bytes(stream.error_body())
+        if not 200 <= status < 300:
+            reader.close()
+            _raise_for_status(status, error_body, headers, describe_request("GET", path, query))
+        return reader
+
+    async def _connect(
+        self, pool: _Pool, path: str, query: Query | None, read_timeout: float | None
+    ) -> LineStream:
+        """Connect, send the GET, read the answer's head (an error answer's body too)."""
+        headers = await self._headers("*/*")
+        url = self._url(path, query)
+        parts = urlsplit(url)
+        context = await pool.tls()
+        host, port = parts.hostname or "", parts.port or (443 if context else 80)
+        target = url[len(f"{parts.scheme}://{parts.netloc}") :] or "/"
+        lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        request = ("\r\n".join([*lines, "Connection: close", "", ""])).encode()
+        stream = LineStream(read_timeout)
+        key = ConnectionKey(host, port, context is not None, context or False, None, None, None, None)
+        try:
+            try:
+                async with asyncio.timeout(self._timeout.sock_connect):
+                    await asyncio.get_running_loop().create_connection(lambda: stream, host, port)
+                    if context is not None:
+                        await stream.handshake(context, self._configuration.tls_server_name or host)
+            except TimeoutError as err:
+                raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {url}") from err
+            except ssl.CertificateError as err:
+                raise aiohttp.ClientConnectorCertificateError(key, err) from err
+            except ssl.SSLError as err:
+                raise aiohttp.ClientConnectorSSLError(key, err) from err
+            except OSError as err:
+                raise aiohttp.ClientConnectorError(key, err) from err
+            stream.send(request)
+            await stream.head()
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+
+async def _read_closing(resp: aiohttp.ClientResponse) -> bytes:
+    try:
+        return await resp.read()
+    finally:
+        resp.close()
+
+
+def _raise_for_status(status: int, raw: bytes, headers: Mapping[str, str], request: ApiRequest) -> None:
+    if not 200 <= status < 300:
+        error = KubeApiError.from_response(status, raw, headers)
         error.request = request
         raise error
 
 
 async def iter_lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     """The body's lines as they arrive (without the newline), joining lines split across chunks."""
-    pending = bytearray()
-    async for chunk in resp.content.iter_any():
-        pending += chunk
-        start = 0
-        while (end := pending.find(b"\n", start)) >= 0:
-            yield bytes(pending[start:end])
-            start = end + 1
-        del pending[:start]
-    if pending:
-        yield bytes(pending)
+    reader = ResponseLines(resp)
+    while (lines := await reader.lines()) is not None:
+        for line in lines:
+            yield line
+
+
+def take_lines(body: bytearray) -> list[bytes]:
+    """The complete lines at the start of ``body`` (without their newlines), removed from it: about
+    :data:`LINES_PIECE` bytes of them at most (a backlog is handed on in pieces), one line at least."""
+    cut = body.rfind(b"\n", 0, LINES_PIECE)
+    if cut < 0:
+        cut = body.find(b"\n")
+        if cut < 0:
+            return []
+    lines = body[:cut].split(b"\n")
+    del body[: cut + 1]
+    return [bytes(line) for line in lines]
+
+
+class LineReader:
+    """The lines of a streamed body: :meth:`lines` gives the next complete ones as they arrive, the last
+    line without a newline at the end, then ``None``. Subclasses hold ``_body`` (bytes not yet handed on) and
+    say in :meth:`_more` whether more may come."""
+
+    __slots__ = ()
+    _body: bytearray
+
+    async def lines(self) -> list[bytes] | None:
+        while not (taken := take_lines(self._body)):
+            if not await self._more():
+                if not self._body:
+                    return None
+                taken = [bytes(self._body)]
+                self._body.clear()
+                break
+        self._taken()
+        return taken
+
+    def _more(self) -> Awaitable[bool]:
+        """Wait for more of the body; ``False`` once it has ended. Raises what interrupted it."""
+        raise NotImplementedError
+
+    def _taken(self) -> None:
+        """Lines were handed on (room in the buffer again)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class ResponseLines(LineReader):
+    """The lines of an aiohttp response (watches, and a log follow through a proxy)."""
+
+    __slots__ = ("_body", "response")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+        self._body = bytearray()
+
+    @property
+    def status(self) -> int:
+        return self.response.status
+
+    def _more(self) -> Awaitable[bool]:
+        return self._read()
+
+    async def _read(self) -> bool:
+        chunk = await self.response.content.readany()
+        self._body += chunk
+        return bool(chunk)
+
+    def close(self) -> None:
+        self.response.close()
+
+
+class _Tls:
+    """A client TLS session over memory buffers (``ssl.SSLObject``)."""
+
+    __slots__ = ("incoming", "outgoing", "ready", "sslobj")
+
+    def __init__(self, context: ssl.SSLContext, server_hostname: str) -> None:
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.sslobj = context.wrap_bio(self.incoming, self.outgoing, server_hostname=server_hostname)
+        self.ready = False  # handshake done
+
+
+_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _LENGTH, _UNTIL_CLOSE, _ENDED = range(8)
+
+
+class LineStream(LineReader, asyncio.Protocol):
+    """One GET on its own connection, its HTTP/1.1 answer parsed as it arrives: the status and headers, then
+    a chunked, sized or until-close body whose lines :meth:`lines` hands on.
+
+    While the server sends nothing it holds its transport and socket, two empty buffers, an idle timer and,
+    while its reader waits, one future. The server's silence for ``read_timeout`` seconds, a connection lost
+    mid-body and a bad answer raise the errors aiohttp raises for them (``ServerTimeoutError``,
+    ``ClientPayloadError``, ``ServerDisconnectedError``), so retries and notes treat both paths alike. Reading
+    pauses while more than :data:`LINES_BUFFER` bytes wait to be handed on.
+    """
+
+    __slots__ = (
+        "_body",
+        "_error",
+        "_last",
+        "_left",
+        "_paused",
+        "_raw",
+        "_state",
+        "_timeout",
+        "_timer",
+        "_tls",
+        "_transport",
+        "_waiter",
+        "headers",
+        "status",
+    )
+
+    def __init__(self, read_timeout: float | None) -> None:
+        self.status = 0
+        self.headers: CIMultiDict[str] | None = None  # kept for an error answer only
+        self._transport: asyncio.Transport | None = None
+        self._raw = bytearray()  # received, not yet parsed (the head, chunk sizes)
+        self._body = bytearray()  # the body's bytes not yet handed on as lines
+        self._state = _HEAD
+        self._left = 0  # bytes left of the current chunk, or of a sized body
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[bool] | None = None
+        self._timeout = read_timeout
+        self._timer: asyncio.TimerHandle | None = None
+        self._last = 0.0
+        self._paused = False
+        self._tls: _Tls | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        if self._timeout is not None:
+            loop = asyncio.get_running_loop()
+            self._last = loop.time()
+            self._timer = loop.call_at(self._last + self._timeout, self._check_idle)
+
+    def data_received(self, data: bytes) -> None:
+        if self._timer is not None:
+            self._last = asyncio.get_running_loop().time()
+        tls = self._tls
+        if tls is None:
+            self._received(data)
+        else:
+            tls.incoming.write(data)
+            try:
+                if not tls.ready:
+                    tls.sslobj.do_handshake()
+                    tls.ready = True
+                while plain := tls.sslobj.read(TLS_READ):
+                    self._received(plain)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                pass  # a record's rest is to come; or the server's close_notify (its FIN follows)
+            except ssl.SSLError as err:
+                self._fail(err if not tls.ready else aiohttp.ClientPayloadError(f"TLS error: {err!r}"))
+            self._flush_tls()
+        if len(self._body) > LINES_BUFFER and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+        self._wake()
+
+    def _received(self, data: bytes) -> None:
+        if self._state == _UNTIL_CLOSE or (
+            self._state == _CHUNK_DATA and not self._raw and len(data) < self._left
+        ):
+            self._body += data  # the common case: a piece of a chunk, nothing to parse
+            if self._state == _CHUNK_DATA:
+                self._left -= len(data)
+        else:
+            self._raw += data
+            try:
+                self._parse()
+            except (ValueError, IndexError) as err:
+                self._fail(aiohttp.ClientPayloadError(f"Invalid HTTP answer: {err}"))
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes itself: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._stop_timer()
+        if self._state == _UNTIL_CLOSE:
+            self._state = _ENDED
+        elif self._state == _HEAD:
+            self._fail(aiohttp.ServerDisconnectedError())
+        elif self._state != _ENDED:
+            cause = f": {exc!r}" if exc is not None else ""
+            self._fail(aiohttp.ClientPayloadError(f"Response payload is not completed{cause}"))
+        self._wake()
+
+    # -- parsing --------------------------------------------------------------------------------------------
+
+    def _parse(self) -> None:
+        raw = self._raw
+        while raw and self._state != _ENDED:
+            state = self._state
+            if state in (_CHUNK_DATA, _LENGTH):
+                size = min(self._left, len(raw))
+                self._body += raw[:size]
+                del raw[:size]
+                self._left -= size
+                if not self._left:
+                    self._state = _CHUNK_END if state == _CHUNK_DATA else _ENDED
+            elif state == _UNTIL_CLOSE:
+                self._body += raw
+                raw.clear()
+            elif state == _HEAD:
+                end = raw.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(raw) > MAX_HEAD:
+                        raise ValueError("the response head is too long")
+                    return
+                head = bytes(raw[:end]).decode("latin-1")
+                del raw[: end + 4]
+                self._read_head(head)
+            else:
+                end = raw.find(b"\r\n")
+                if end < 0:
+                    if len(raw) > MAX_HEAD:
+                        raise ValueError("a chunk size line is too long")
+                    return
+                line = bytes(raw[:end])
+                del raw[: end + 2]
+                if state == _CHUNK_SIZE:
+                    self._left = int(line.split(b";", 1)[0].strip(), 16)
+                    self._state = _CHUNK_DATA if self._left else _TRAILER
+                elif state == _CHUNK_END:
+                    if line:
+                        raise ValueError("a chunk did not end with CRLF")
+                    self._state = _CHUNK_SIZE
+                elif not line:  # _TRAILER: an empty line ends the trailers and the body
+                    self._state = _ENDED
+        if self._state == _ENDED:
+            self._stop_timer()
+
+    def _read_head(self, head: str) -> None:
+        status_line, *fields = head.split("\r\n")
+        version, status, *_reason = status_line.split(" ", 2)
+        if not version.startswith("HTTP/1."):
+            raise ValueError(f"not an HTTP/1.x answer: {status_line[:80]!r}")
+        code = int(status)
+        if 100 <= code < 200:
+            return  # an interim answer (100 Continue): the real head follows
+        self.status = code
+        headers: CIMultiDict[str] = CIMultiDict()
+        for field in fields:
+            name, _, value = field.partition(":")
+            headers.add(name.strip(), value.strip())
+        if not 200 <= code < 300:
+            self.headers = headers
+        if "chunked" in headers.get("Transfer-Encoding", "").lower():
+            self._state = _CHUNK_SIZE
+        elif code in (204, 304):
+            self._state = _ENDED
+        elif (length := headers.get("Content-Length")) is not None:
+            self._left = int(length)
+            self._state = _LENGTH if self._left else _ENDED
+        else:
+            self._state = _UNTIL_CLOSE
+
+    # -- the reader's side ---------------------------------------------------------------------------------
+
+    async def head(self) -> None:
+        """Wait for the answer's status and headers (an error answer's whole body too)."""
+        while self._state == _HEAD or (not 200 <= self.status < 300 and self._state != _ENDED):
+            await self._more()
+
+    def _more(self) -> Awaitable[bool]:
+        # A future, not a coroutine: a follow waiting for its pod's next line holds no frame of ours.
+        if self._error is not None:
+            raise self._error
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        if self._state == _ENDED:
+            self._wake(False)
+        return waiter
+
+    def _taken(self) -> None:
+        if self._paused and len(self._body) <= LINES_BUFFER // 2 and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def _wake(self, more: bool = True) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(more)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self.close()
+        self._wake()
+
+    def _check_idle(self) -> None:
+        assert self._timeout is not None
+        now = asyncio.get_running_loop().time()
+        if self._paused or now - self._last < self._timeout:  # data came meanwhile, or we are not reading
+            self._timer = asyncio.get_running_loop().call_at(
+                max(now, self._last) + self._timeout, self._check_idle
+            )
+            return
+        self._timer = None
+        self._fail(aiohttp.ServerTimeoutError("Timeout on reading data from socket"))
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def handshake(self, context: ssl.SSLContext, server_hostname: str) -> None:
+        """TLS over this connection, through memory buffers: asyncio's own TLS transport reads through a
+        256 KiB buffer per connection (``sslproto.SSLProtocol.max_size``), twenty times what an idle
+        follow holds otherwise."""
+        tls = self._tls = _Tls(context, server_hostname)
+        with contextlib.suppress(ssl.SSLWantReadError):
+            tls.sslobj.do_handshake()
+        self._flush_tls()
+        while not tls.ready:
+            await self._more()
+
+    def _flush_tls(self) -> None:
+        if self._tls is not None and self._transport is not None and (out := self._tls.outgoing.read()):
+            self._transport.write(out)
+
+    def send(self, data: bytes) -> None:
+        assert self._transport is not None
+        if self._tls is None:
+            self._transport.write(data)
+        else:
+            self._tls.sslobj.write(data)
+            self._flush_tls()
+
+    def error_body(self) -> bytearray:
+        """An error answer's body (read whole by :meth:`head`)."""
+        return self._body
+
+    def release(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (the body is not read further)."""
+        self._stop_timer()
+        if self._transport is not None:
+            self._transport.close()
 
 
 def encode_query(params: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from aiohttp import web
@@ -29,10 +30,12 @@ from airflow_provider_training.hooks import kubeconfig as kubeconfig_module
 from airflow_provider_training.hooks.connection import ConnectionConfigError
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.hooks.transport import LineStream
 from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.kube_env import FAST_RETRY
 
 JOB = get_kind("PyTorchJob").resource
+LOG_CHUNKS = [b"tls one\ntls ", b"two\n"]
 
 
 @dataclass
@@ -109,7 +112,7 @@ async def server(tmp_path: Path) -> AsyncIterator[TlsServer]:
     context.verify_mode = ssl.CERT_OPTIONAL
     state = TlsServer("", pki)
 
-    async def handle(request: web.Request) -> web.Response:
+    async def handle(request: web.Request) -> web.StreamResponse:
         peer = request.transport.get_extra_info("peercert") if request.transport else None
         subject = dict(item[0] for item in peer["subject"]) if peer else {}
         authorization = request.headers.get("Authorization", "")
@@ -118,6 +121,14 @@ async def server(tmp_path: Path) -> AsyncIterator[TlsServer]:
         if state.accepted_tokens and bearer not in state.accepted_tokens:
             status = {"kind": "Status", "code": 401, "reason": "Unauthorized", "message": "Unauthorized"}
             return web.json_response(status, status=401)
+        if request.path.endswith("/log"):  # a pod's log: two lines in two chunks, then its end
+            response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            for piece in LOG_CHUNKS:
+                await response.write(piece)
+            await response.write_eof()
+            return response
         # As kube-apiserver answers for a missing object of a served resource: the Status names it.
         name = request.path.rsplit("/", 1)[-1]
         status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not found"}
@@ -192,6 +203,8 @@ async def test_an_unknown_ca_is_refused_and_insecure_skip_tls_verify_accepts_it(
     try:
         with pytest.raises(Exception, match="certificate verify failed"):
             await hook.get_object(JOB, "absent", "default")
+        with pytest.raises(aiohttp.ClientConnectorCertificateError, match="certificate verify failed"):
+            await hook.open_log("default", "p", "c")  # a followed log, on its own connection
     finally:
         await hook.close()
     assert server.seen == []
@@ -222,9 +235,38 @@ async def test_a_rotated_token_file_is_read_again_after_a_401(server, tmp_path):
         token.write_text("second\n")  # the file rotates and the server stops accepting the old token
         server.accepted_tokens = {"second"}
         assert await hook.get_object(JOB, "absent", "default") is None
+        token.write_text("third\n")  # and again, under a followed log (its own connection)
+        server.accepted_tokens = {"third"}
+        assert [line async for line in hook.follow_log("default", "p", "c")] == ["tls one", "tls two"]
     finally:
         await hook.close()
-    assert [s["authorization"] for s in server.seen] == ["Bearer first", "Bearer first", "Bearer second"]
+    sent = ["Bearer first", "Bearer first", "Bearer second", "Bearer second", "Bearer third"]
+    assert [s["authorization"] for s in server.seen] == sent
+
+
+async def follow(path: Path) -> tuple[list[str], type]:
+    """A followed log through a hook on the kubeconfig at ``path``: its lines, and the stream's type."""
+    hook = AsyncTrainingJobHook(None, config_file=str(path), retry=FAST_RETRY)
+    try:
+        stream = await hook.open_log("default", "p", "c", timestamps=False)
+        stream.close()
+        return [line async for line in hook.follow_log("default", "p", "c", timestamps=False)], type(stream)
+    finally:
+        await hook.close()
+
+
+async def test_a_followed_log_over_tls_with_a_client_certificate_and_a_server_name(server, tmp_path):
+    cert, key = server.pki.issue("carol", server=False)
+    cluster = {
+        "server": server.url.replace("localhost", "127.0.0.1"),
+        "certificate-authority-data": b64(server.pki.ca_pem),
+        "tls-server-name": "kube.test",
+    }
+    user = {"client-certificate-data": b64(cert.read_bytes()), "client-key-data": b64(key.read_bytes())}
+    lines, kind = await follow(write(tmp_path / "config", kubeconfig(cluster, user)))
+    assert lines == ["tls one", "tls two"]
+    assert kind is LineStream  # the provider's own connection, not the aiohttp session
+    assert server.seen == [{"client": "carol", "authorization": ""}] * 2
 
 
 async def test_in_cluster_service_account(server, tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ ASYNC_ONLY = {
     "transport": "the transport's sessions live on the private loop; code outside it cannot use them",
     "get_settings": "the facade resolves the connection itself; async_hook.get_settings() is there",
     "watch_objects": "watches are read on an event loop (watch.WatchHub); sync code waits with run_inline",
+    "open_log": "the stream's connection lives on the private loop; sync code reads follow_log's lines",
 }
 
 
