@@ -54,5 +54,9 @@ def parse_selector(selector: str) -> tuple[LabelTerm, ...]:
 
 def selects(terms: tuple[LabelTerm, ...], obj: Mapping[str, Any]) -> bool:
     """Whether the object's labels satisfy every term (no terms: every object)."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels_satisfy(terms, (obj.get("metadata") or {}).get("labels") or {})
+
+
+def labels_satisfy(terms: tuple[LabelTerm, ...], labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy every term (no terms: any labels)."""
     return all(term.holds(labels) for term in terms)
