@@ -43,7 +43,7 @@ SUSPENDED_REMINDER_SECONDS = 300.0
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitOptions:
     target: JobState = JobState.SUCCEEDED
     deadline: datetime | None = None
@@ -102,7 +102,7 @@ class JobWaiter:
         self.uid = options.uid
         self._started = False
         self._clock_start: datetime | None = None
-        self._warned: set[tuple[str, str]] = set()
+        self._warned: dict[tuple[str, str], None] = {}  # (pod, reason) warned of; a set is 216 B empty
         self._last_seen: tuple[Any, ...] | None = None
         self._last_message = ""
         self._suspended_logged_at: datetime | None = None
@@ -304,7 +304,7 @@ class JobWaiter:
             self._started = True
         for reason, message in diag.stuck_reasons(obj):
             if (name, reason) not in self._warned:
-                self._warned.add((name, reason))
+                self._warned[name, reason] = None
                 await self._warn_stuck(obj, reason, message)
 
     async def _warn_stuck(self, obj: RawObject, reason: str, message: str) -> None:
@@ -426,6 +426,16 @@ class JobWaiter:
     def streamer(self) -> ReplicaLogStreamer | None:
         """The replica log streamer (``None`` before the wait started or without ``get_logs``)."""
         return self._streamer
+
+    def log_cursors(self) -> dict[str, Any] | None:
+        """The streamer's :meth:`~airflow_provider_training.logs.ReplicaLogStreamer.cursors` (``None``
+        without a streamer): where a next trigger of the task resumes the replica logs."""
+        return self._streamer.cursors() if self._streamer is not None else None
+
+    def log_tails(self) -> dict[str, Any] | None:
+        """The streamer's :meth:`~airflow_provider_training.logs.ReplicaLogStreamer.saved_tails` (``None``
+        without a streamer)."""
+        return self._streamer.saved_tails() if self._streamer is not None else None
 
     async def _event(self, done: _Finished) -> WaitEvent:
         status = done.job_status or self.status
@@ -574,11 +584,7 @@ class _Inbox:
 
     def deliver(self, tag: str) -> Callable[[Any], None]:
         """A watch hub ``deliver`` that queues each event with ``tag``, and the error ending the watch."""
-
-        def put(item: Any) -> None:
-            self.put_nowait(("error", item) if isinstance(item, BaseException) else (tag, item))
-
-        return put
+        return _Tagged(self, tag)
 
     async def get(self) -> tuple[str, Any]:
         while not self.items:
@@ -596,7 +602,22 @@ class _Inbox:
         return not self.items
 
 
+class _Tagged:
+    """:meth:`_Inbox.deliver`'s callable: a record of two references (a closure is a function, a cell and a
+    tuple, some 250 bytes, per subscription)."""
+
+    __slots__ = ("inbox", "tag")
+
+    def __init__(self, inbox: _Inbox, tag: str) -> None:
+        self.inbox, self.tag = inbox, tag
+
+    def __call__(self, item: Any) -> None:
+        self.inbox.put_nowait(("error", item) if isinstance(item, BaseException) else (self.tag, item))
+
+
 class _TickEntry:
+    __slots__ = ("callback", "cancelled", "when")
+
     def __init__(self, when: float, callback: Callable[[], None]) -> None:
         self.when, self.callback = when, callback
         self.cancelled = False

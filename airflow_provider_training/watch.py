@@ -96,7 +96,8 @@ class _Subscriber:
         self.primed = False
         self.buffer: list[tuple[str, Packed, dict[str, Any] | None]] | None = None  # seen while confirming
         self.floor: str | None = None  # the resourceVersion the first event showed; older changes are stale
-        self.matching: set[str] = set()  # for selector subscribers: the names it currently sees
+        # For selector subscribers: the names it currently sees (none for a named one: a set is 216 B).
+        self.matching: set[str] = set() if name is None else _NO_NAMES
         self.confirming: asyncio.Task[None] | None = None
 
     def prime(self, objects: Iterable[Packed]) -> None:
@@ -149,6 +150,9 @@ class _Subscriber:
             return True
         labels = packed.labels
         return any(labels_satisfy(terms, labels) for terms in self.selectors)
+
+
+_NO_NAMES: set[str] = set()  # a named subscriber's ``matching``: never added to (see ``offer``)
 
 
 def _index_terms(selectors: list[tuple[LabelTerm, ...]] | None) -> list[tuple[str, frozenset[str]]] | None:
