@@ -36,6 +36,11 @@ from airflow_provider_training.slim import Packed, trim
 log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+LIST_PAGE = 250
+"""Objects per page of a shared watch's LIST. A page is decoded whole, and what the largest one took stays
+with the process: CPython's allocator keeps each arena that a kept object still uses, so the memory a LIST
+decoded at once (some 14 KB per localkube pod, before trimming) stayed as RSS after it was freed. In pages of
+250 it is bounded by the page (``benchmarks/README.md``, "scale.py")."""
 
 
 @dataclass(frozen=True)
@@ -370,18 +375,31 @@ class _SharedWatch:
         log.info("Watch of %s interrupted (%s); retrying in %.2fs", self._label, err, delay)
         await asyncio.sleep(delay)
 
+    async def _list_pages(self) -> tuple[dict[str, Packed], str | None]:
+        """Every object (trimmed and packed, by name) and the list's resourceVersion, read in pages of
+        :data:`LIST_PAGE` (``limit``, then ``continue``; an expired continue token is a 410: relisted)."""
+        from airflow_provider_training.hooks.transport import collection_path
+
+        current: dict[str, Packed] = {}
+        version: str | None = None
+        token: str | None = None
+        while True:
+            query = {"labelSelector": self.scope or None, "limit": LIST_PAGE, "continue": token}
+            # The hook's list_objects reads one answer whole; its request, with the paging parameters.
+            page = await self.hook._call("GET", collection_path(self.resource, self.namespace), query=query)
+            for packed in (Packed(trim(item, self.resource)) for item in page.get("items") or []):
+                current[packed.name] = packed
+            metadata = page.get("metadata") or {}
+            version = str(metadata.get("resourceVersion") or "") or version
+            token = metadata.get("continue") or None
+            del page  # its dicts go before the next page is read
+            if token is None:
+                return current, version
+
     async def _list(self) -> None:
         self.hub._count(lists=1)
-        listed = await self.hook.list_objects(
-            self.resource, self.namespace, label_selector=self.scope or None
-        )
-        listed_version = listed.get("metadata", {}).get("resourceVersion")
-        trimmed = {item["metadata"]["name"]: trim(item, self.resource) for item in listed.get("items") or []}
-        del listed
-        current = {name: Packed(obj) for name, obj in trimmed.items()}
-        self.resource_version = str(listed_version or "") or None
+        current, self.resource_version = await self._list_pages()
         if not self.synced:
-            del trimmed
             self.objects = current
             self.index.reset(current)
             self.synced = True
@@ -400,9 +418,9 @@ class _SharedWatch:
         for name, packed in current.items():
             before = self.objects.get(name)
             if before is None:
-                self._apply(ADDED, trimmed[name], packed)
+                self._apply(ADDED, packed.unpack(), packed)
             elif before.resource_version != packed.resource_version:
-                self._apply(MODIFIED, trimmed[name], packed)
+                self._apply(MODIFIED, packed.unpack(), packed)
 
     async def _watch(self) -> None:
         self.hub._count(watches_opened=1)

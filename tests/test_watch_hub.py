@@ -628,3 +628,24 @@ async def test_the_cache_keeps_objects_packed_and_every_reader_sees_them_whole(k
         {"job": "packed", "step": "1"},
     )
     assert (record.label("step"), record.label("missing")) == ("1", None)
+
+
+async def test_the_list_is_read_in_pages_and_every_object_is_primed(kube, hook, monkeypatch):
+    """A LIST is read ``LIST_PAGE`` objects at a time (what decoding a whole LIST at once took stays with the
+    process); the subscribers see every object of every page, and the watch goes on from the list's
+    version."""
+    monkeypatch.setattr(watch_module, "LIST_PAGE", 2)
+    hub = WatchHub()
+    for i in range(5):
+        create(kube, f"job-{i}", {"paged": "yes"})
+    async with hub.subscribe(hook, JOB, "default", label_selector="paged=yes") as events:
+        seen = sorted([(await next_event(events)).name for _ in range(5)])
+        await watch_open(kube)
+        create(kube, "job-5", {"paged": "yes"})
+        later = await next_event(events)
+    assert seen == [f"job-{i}" for i in range(5)]
+    assert (later.type, later.name) == ("ADDED", "job-5")
+    pages = lists(kube)
+    assert [r.query.get("limit") for r in pages] == ["2", "2", "2"]
+    assert [bool(r.query.get("continue")) for r in pages] == [False, True, True]
+    assert hub.stats.lists == 1
