@@ -30,6 +30,7 @@ from airflow_provider_training.kinds.base import (
     parse_time,
 )
 from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
+from airflow_provider_training.slim import Packed
 
 if TYPE_CHECKING:
     from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
@@ -42,7 +43,7 @@ SUSPENDED_REMINDER_SECONDS = 300.0
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitOptions:
     target: JobState = JobState.SUCCEEDED
     deadline: datetime | None = None
@@ -87,18 +88,21 @@ class JobWaiter:
     ):
         self.hook, self.kind, self.name, self.namespace = hook, kind, name, namespace
         self.opts, self.log = options, log
-        self.job: RawObject | None = None
+        # What it keeps of the job, its children and its pods is packed (as the watch hub keeps them, and
+        # the same records as the hub's while they are current): unpacked when read, not held as dicts.
+        self._job: Packed | None = None
+        self._created: str | None = None  # the job's creationTimestamp
         # The status children by resource key, then name.
-        self.children: dict[str, dict[str, RawObject]] = {
+        self.children: dict[str, dict[str, Packed]] = {
             child.resource.key: {} for child in kind.children if child.needed_for_status
         }
         # The last state of every replica pod seen, kept after a cleanup policy deleted the pod.
-        self.seen_pods: dict[str, RawObject] = {}
+        self.seen_pods: dict[str, Packed] = {}
         self.status: JobStatus | None = None
         self.uid = options.uid
         self._started = False
         self._clock_start: datetime | None = None
-        self._warned: set[tuple[str, str]] = set()
+        self._warned: dict[tuple[str, str], None] = {}  # (pod, reason) warned of; a set is 216 B empty
         self._last_seen: tuple[Any, ...] | None = None
         self._last_message = ""
         self._suspended_logged_at: datetime | None = None
@@ -111,6 +115,11 @@ class JobWaiter:
     @property
     def label(self) -> str:
         return f"{self.kind.kind} {self.namespace}/{self.name}"
+
+    @property
+    def job(self) -> RawObject | None:
+        """The job as last seen (``None``: not yet), unpacked: a new dict each time."""
+        return None if self._job is None else self._job.unpack()
 
     async def wait(self) -> WaitEvent:
         """The event; every API read of the wait retries transient failures until the deadline."""
@@ -132,7 +141,7 @@ class JobWaiter:
                 if self.children:
                     listed = await self.hook.list_children(self.kind, self.name, self.namespace)
                     for key, objects in listed.items():
-                        self.children[key] = {_name(obj): obj for obj in objects}
+                        self.children[key] = {_name(obj): Packed(obj) for obj in objects}
                 await self._evaluate()
             except _Finished as done:
                 return await self._event(done)
@@ -167,7 +176,7 @@ class JobWaiter:
                         await self._step(queue)
                         # Follow once the job is known: the streamer finds its deciding replica in the job
                         # the hub now holds, instead of a GET per job when a triggerer starts N of them.
-                        if streaming is None and self._streamer is not None and self.job is not None:
+                        if streaming is None and self._streamer is not None and self._job is not None:
                             streaming = asyncio.create_task(self._streamer.run())
                 except _Finished as done:
                     self._drain_pods(queue)
@@ -238,7 +247,7 @@ class JobWaiter:
             await self._on_pod(item)
         elif tag in self.children:
             _apply(self.children[tag], item)
-        if self.job is not None:
+        if self._job is not None:
             await self._evaluate()
         self._check_time()
 
@@ -264,23 +273,25 @@ class JobWaiter:
     def _tick(self) -> float:
         """How long to wait for the next watch event; the first (the job as it is) gets a full interval."""
         tick = self.opts.check_interval
-        if self.opts.deadline is not None and self.job is not None:
+        if self.opts.deadline is not None and self._job is not None:
             tick = min(tick, max(0.0, (self.opts.deadline - datetime.now(UTC)).total_seconds()))
         return max(tick, 0.01)
 
     async def _on_job(self, event: WatchEvent) -> None:
         obj = event.object
         if event.type == "DELETED" or (self.uid and _uid(obj) and _uid(obj) != self.uid):
-            if self.job is None and self.opts.allow_missing:
+            if self._job is None and self.opts.allow_missing:
                 return
-            gone = "was deleted while waiting" if self.job is not None else "does not exist (any more)"
+            gone = "was deleted while waiting" if self._job is not None else "does not exist (any more)"
             raise _Finished(Outcome.DELETED, f"{self.label} {gone}", self.status)
-        self._take_job(obj)
+        self._take_job(obj, event.packed)
 
-    def _take_job(self, obj: RawObject) -> None:
-        """Keep the job's latest state; the first one is checked against the target."""
-        first = self.job is None
-        self.job, self.uid = obj, self.uid or _uid(obj)
+    def _take_job(self, obj: RawObject, packed: Packed | None = None) -> None:
+        """Keep the job's latest state (``packed``: the same, as the hub keeps it); the first one is checked
+        against the target."""
+        first = self._job is None
+        self._job, self.uid = packed or Packed(obj), self.uid or _uid(obj)
+        self._created = ((obj.get("metadata") or {}).get("creationTimestamp")) or None
         if first and (problem := self.kind.check_target(obj, self.opts.target)):
             raise _Finished(Outcome.ERROR, problem, None)
 
@@ -293,7 +304,7 @@ class JobWaiter:
             self._started = True
         for reason, message in diag.stuck_reasons(obj):
             if (name, reason) not in self._warned:
-                self._warned.add((name, reason))
+                self._warned[name, reason] = None
                 await self._warn_stuck(obj, reason, message)
 
     async def _warn_stuck(self, obj: RawObject, reason: str, message: str) -> None:
@@ -304,9 +315,12 @@ class JobWaiter:
         self.log.warning("Replica pod %s of %s is stuck: %s: %s%s", pod, self.label, reason, message, lines)
 
     async def _evaluate(self) -> None:
-        assert self.job is not None
-        children = {k: list(v.values()) for k, v in self.children.items()}
-        status = self.kind.status(self.job, children, grace_seconds=self.opts.status_grace_period)
+        job = self.job
+        assert job is not None
+        children: dict[str, list[RawObject]] = {
+            k: [child.unpack() for child in v.values()] for k, v in self.children.items()
+        }
+        status = self.kind.status(job, children, grace_seconds=self.opts.status_grace_period)
         self.status = status
         seen = (status.state, status.reason, tuple(sorted((k, v) for k, v in status.replicas.items())))
         if seen != self._last_seen:
@@ -323,7 +337,7 @@ class JobWaiter:
         self._last_message = status.message
         if status.state in (JobState.RUNNING, JobState.RESTARTING, JobState.SUCCEEDED, JobState.FAILED):
             self._started = True
-        if status.state == JobState.FAILED and (self.job.get("metadata") or {}).get("deletionTimestamp"):
+        if status.state == JobState.FAILED and (job.get("metadata") or {}).get("deletionTimestamp"):
             # Its operator marked it Failed as its pods went with it (a foreground delete, e.g. on_kill's):
             # the deletion is what happened to it, not a training failure.
             why = status.message or status.reason
@@ -359,7 +373,7 @@ class JobWaiter:
             self.log.warning("%s is suspended (%s). Waiting for it to be resumed %s", self.label, why, until)
 
     def _age(self) -> float:
-        created = parse_time(((self.job or {}).get("metadata") or {}).get("creationTimestamp"))
+        created = parse_time(self._created)
         start = max(filter(None, (created, self._clock_start)), default=None)
         return 0.0 if start is None else (datetime.now(UTC) - start).total_seconds()
 
@@ -367,7 +381,7 @@ class JobWaiter:
         now = datetime.now(UTC)
         state = self.status.state.value if self.status else "not found"
         # Report the job as it is, unless even its first state does not arrive in time.
-        first_seen = self.job is not None or (now - self._began).total_seconds() >= FIRST_STATE_GRACE
+        first_seen = self._job is not None or (now - self._began).total_seconds() >= FIRST_STATE_GRACE
         if self.opts.deadline is not None and now >= self.opts.deadline and first_seen:
             note = (
                 " (the job is suspended)" if self.status and self.status.state == JobState.SUSPENDED else ""
@@ -381,7 +395,7 @@ class JobWaiter:
         timeout = self.opts.startup_timeout
         if (
             timeout
-            and self.job is not None
+            and self._job is not None
             and not self._started
             and not suspended
             and self._age() >= timeout
@@ -413,6 +427,16 @@ class JobWaiter:
         """The replica log streamer (``None`` before the wait started or without ``get_logs``)."""
         return self._streamer
 
+    def log_cursors(self) -> dict[str, Any] | None:
+        """The streamer's :meth:`~airflow_provider_training.logs.ReplicaLogStreamer.cursors` (``None``
+        without a streamer): where a next trigger of the task resumes the replica logs."""
+        return self._streamer.cursors() if self._streamer is not None else None
+
+    def log_tails(self) -> dict[str, Any] | None:
+        """The streamer's :meth:`~airflow_provider_training.logs.ReplicaLogStreamer.saved_tails` (``None``
+        without a streamer)."""
+        return self._streamer.saved_tails() if self._streamer is not None else None
+
     async def _event(self, done: _Finished) -> WaitEvent:
         status = done.job_status or self.status
         event = WaitEvent(
@@ -430,7 +454,8 @@ class JobWaiter:
             try:  # the event goes out even if these reads fail
                 # The pods as they are now: the job may have ended before their watch events arrived.
                 listed = await self.hook.list_job_pods(self.kind, self.name, self.namespace)
-                pods = {**self.seen_pods, **{diag.pod_name(p): p for p in listed}}
+                seen = {name: pod.unpack() for name, pod in self.seen_pods.items()}
+                pods = {**seen, **{diag.pod_name(p): p for p in listed}}
                 event.pods = sorted(pods)
                 if not event.succeeded:
                     await self._explain(event, list(pods.values()))
@@ -450,7 +475,7 @@ class JobWaiter:
         """Keep a watched pod's latest state if it is one of this job's replicas."""
         if not self.kind.owns_pod(self.name, event.object):
             return False
-        self.seen_pods[diag.pod_name(event.object)] = event.object
+        self.seen_pods[diag.pod_name(event.object)] = event.packed or Packed(event.object)
         return True
 
     def _all_pods_seen(self) -> bool:
@@ -464,7 +489,8 @@ class JobWaiter:
         its own events record (pods may be gone: cleanPodPolicy, T9k), else the status' replica counts."""
         job_events = await self._events_of(self.name, self.kind.kind, self.uid)
         failures = diag.replica_failures(self.kind, pods)
-        recorded = self.kind.failed_replicas(self.job) if self.job is not None else []
+        job = self.job
+        recorded = self.kind.failed_replicas(job) if job is not None else []
         for more in (recorded, self.kind.failures_in_events(self.name, job_events)):
             known = {f.pod for f in failures}
             failures += [f for f in more if f.pod not in known]
@@ -472,7 +498,7 @@ class JobWaiter:
             failures = diag.counted_failures(self.kind, self.status, pods)
         event.replica_failures = failures
         by_name = {diag.pod_name(p): p for p in pods}
-        since = str(((self.job or {}).get("metadata") or {}).get("creationTimestamp") or "")
+        since = str(self._created or "")
         events = list(job_events)
         for pod in {f.pod for f in failures if f.pod} | {pod for pod, _ in self._warned}:
             if pod in by_name:
@@ -558,11 +584,7 @@ class _Inbox:
 
     def deliver(self, tag: str) -> Callable[[Any], None]:
         """A watch hub ``deliver`` that queues each event with ``tag``, and the error ending the watch."""
-
-        def put(item: Any) -> None:
-            self.put_nowait(("error", item) if isinstance(item, BaseException) else (tag, item))
-
-        return put
+        return _Tagged(self, tag)
 
     async def get(self) -> tuple[str, Any]:
         while not self.items:
@@ -580,7 +602,22 @@ class _Inbox:
         return not self.items
 
 
+class _Tagged:
+    """:meth:`_Inbox.deliver`'s callable: a record of two references (a closure is a function, a cell and a
+    tuple, some 250 bytes, per subscription)."""
+
+    __slots__ = ("inbox", "tag")
+
+    def __init__(self, inbox: _Inbox, tag: str) -> None:
+        self.inbox, self.tag = inbox, tag
+
+    def __call__(self, item: Any) -> None:
+        self.inbox.put_nowait(("error", item) if isinstance(item, BaseException) else (self.tag, item))
+
+
 class _TickEntry:
+    __slots__ = ("callback", "cancelled", "when")
+
     def __init__(self, when: float, callback: Callable[[], None]) -> None:
         self.when, self.callback = when, callback
         self.cancelled = False
@@ -654,12 +691,12 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def _apply(objects: dict[str, RawObject], event: WatchEvent) -> None:
+def _apply(objects: dict[str, Packed], event: WatchEvent) -> None:
     """Apply a watch event to a name -> object map."""
     if event.type == "DELETED":
         objects.pop(_name(event.object), None)
     else:
-        objects[_name(event.object)] = event.object
+        objects[_name(event.object)] = event.packed or Packed(event.object)
 
 
 def run_on(hook: TrainingJobHook, work: Coroutine[Any, Any, T]) -> T:

@@ -5,7 +5,8 @@ N deferred tasks keeps one watch per resource, namespace and scope, whatever N i
 without a job name (a kind's :attr:`~airflow_provider_training.kinds.base.JobKind.pod_watch_selectors`, e.g.
 ``training.kubeflow.org/job-name``) sent to the server, so that the hub lists, watches and caches only the
 pods of training jobs and not every pod of a shared namespace. The hub keeps the current objects
-(from the LIST, then the WATCH events), resumes a watch that ended from the last resourceVersion it saw,
+(from the LIST, then the WATCH events; trimmed and packed, :mod:`~airflow_provider_training.slim`, each
+unpacked for a subscriber as it asks), resumes a watch that ended from the last resourceVersion it saw,
 relists on 410 Expired (reporting what changed meanwhile as MODIFIED/DELETED), backs off on errors, and stops
 the watch when its last subscriber leaves.
 
@@ -22,27 +23,37 @@ import logging
 import random
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import ResourceRef
-from airflow_provider_training.kinds.selectors import LabelTerm, parse_selector, selects
-from airflow_provider_training.slim import trim
+from airflow_provider_training.kinds.selectors import LabelTerm, labels_satisfy, parse_selector
+from airflow_provider_training.slim import Packed, trim
 
 log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+LIST_PAGE = 250
+"""Objects per page of a shared watch's LIST. A page is decoded whole, and what the largest one took stays
+with the process: CPython's allocator keeps each arena that a kept object still uses, so the memory a LIST
+decoded at once (some 14 KB per localkube pod, before trimming) stayed as RSS after it was freed. In pages of
+250 it is bounded by the page (``benchmarks/README.md``, "scale.py")."""
 
 
 @dataclass(frozen=True)
 class WatchEvent:
-    """One change as a subscriber sees it: ``ADDED``, ``MODIFIED`` or ``DELETED`` and the object."""
+    """One change as a subscriber sees it: ``ADDED``, ``MODIFIED`` or ``DELETED`` and the object.
+
+    ``packed`` is the same object as the hub keeps it (``None`` for a ``DELETED`` marker of an object that
+    does not exist): a subscriber that holds on to the object keeps that, which costs nothing more, rather
+    than the dict."""
 
     type: str
     object: dict[str, Any]
+    packed: Packed | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -88,55 +99,65 @@ class _Subscriber:
         self.terms = _index_terms(selectors) if name is None else None
         self.put = deliver
         self.primed = False
-        self.buffer: list[tuple[str, dict[str, Any]]] | None = None  # changes seen while confirming
+        self.buffer: list[tuple[str, Packed, dict[str, Any] | None]] | None = None  # seen while confirming
         self.floor: str | None = None  # the resourceVersion the first event showed; older changes are stale
-        self.matching: set[str] = set()  # for selector subscribers: the names it currently sees
+        # For selector subscribers: the names it currently sees (none for a named one: a set is 216 B).
+        self.matching: set[str] = set() if name is None else _NO_NAMES
         self.confirming: asyncio.Task[None] | None = None
 
-    def prime(self, objects: Iterable[dict[str, Any]]) -> None:
+    def prime(self, objects: Iterable[Packed]) -> None:
         """Deliver the cached state: the named object, or every matching one among ``objects``."""
         self.primed = True
-        for obj in objects:
+        for packed in objects:
             if self.name is not None:
-                self.put(WatchEvent(ADDED, obj))
+                self.put(WatchEvent(ADDED, packed.unpack(), packed))
             else:
-                self.offer(ADDED, obj)
+                self.offer(ADDED, packed)
 
-    def prime_confirmed(self, obj: dict[str, Any] | None, namespace: str) -> None:
+    def prime_confirmed(self, packed: Packed | None, namespace: str) -> None:
         """Deliver what a GET found (``None``: a DELETED marker), then the changes seen meanwhile."""
-        if obj is None:
+        if packed is None:
             marker = {"metadata": {"name": self.name, "namespace": namespace}}
             self.put(WatchEvent(DELETED, marker))
         else:
-            self.put(WatchEvent(ADDED, obj))
-            self.floor = _rv(obj)
+            self.put(WatchEvent(ADDED, packed.unpack(), packed))
+            self.floor = packed.resource_version
         self.primed = True
         buffered, self.buffer = self.buffer or [], None
-        for type_, changed in buffered:
-            self.offer(type_, changed)
+        for type_, changed, obj in buffered:
+            self.offer(type_, changed, obj)
 
-    def offer(self, type_: str, obj: dict[str, Any]) -> None:
+    def offer(self, type_: str, packed: Packed, obj: dict[str, Any] | None = None) -> None:
+        """Deliver one change if it concerns this subscriber: ``packed`` as cached, ``obj`` the same object
+        as a dict when the caller has one (a watch event's: shared by every subscriber of the change),
+        else unpacked for this one."""
         if self.buffer is not None:
-            self.buffer.append((type_, obj))
+            self.buffer.append((type_, packed, obj))
             return
         if not self.primed:
             return  # the priming snapshot, taken later, already includes this change
-        name = obj.get("metadata", {}).get("name", "")
+        name = packed.name
         if self.name is not None:
-            if name == self.name and not _not_newer(_rv(obj), self.floor):
-                self.put(WatchEvent(type_, obj))
+            if name == self.name and not _not_newer(packed.resource_version, self.floor):
+                self.put(WatchEvent(type_, packed.unpack() if obj is None else obj, packed))
             return
-        selected = type_ != DELETED and self.selects(obj)
+        selected = type_ != DELETED and self.selects(packed)
         if selected:
             seen = name in self.matching
             self.matching.add(name)
-            self.put(WatchEvent(MODIFIED if seen else ADDED, obj))
+            self.put(WatchEvent(MODIFIED if seen else ADDED, packed.unpack() if obj is None else obj, packed))
         elif name in self.matching:
             self.matching.discard(name)
-            self.put(WatchEvent(DELETED, obj))
+            self.put(WatchEvent(DELETED, packed.unpack() if obj is None else obj, packed))
 
-    def selects(self, obj: dict[str, Any]) -> bool:
-        return self.selectors is None or any(selects(terms, obj) for terms in self.selectors)
+    def selects(self, packed: Packed) -> bool:
+        if self.selectors is None:
+            return True
+        labels = packed.labels
+        return any(labels_satisfy(terms, labels) for terms in self.selectors)
+
+
+_NO_NAMES: set[str] = set()  # a named subscriber's ``matching``: never added to (see ``offer``)
 
 
 def _index_terms(selectors: list[tuple[LabelTerm, ...]] | None) -> list[tuple[str, frozenset[str]]] | None:
@@ -166,7 +187,7 @@ class _Index:
         self.always: list[_Subscriber] = []
         self.objects_by: dict[str, dict[str, dict[str, None]]] = {}  # label key -> value -> names (ordered)
 
-    def add(self, sub: _Subscriber, objects: dict[str, dict[str, Any]]) -> None:
+    def add(self, sub: _Subscriber, objects: dict[str, Packed]) -> None:
         if sub.name is not None:
             self.named.setdefault(sub.name, []).append(sub)
         elif sub.terms is None:
@@ -191,26 +212,26 @@ class _Index:
                 for value in values:
                     _discard(self.labelled[key], value, sub)
 
-    def reset(self, objects: dict[str, dict[str, Any]]) -> None:
+    def reset(self, objects: dict[str, Packed]) -> None:
         """Index a new set of cached objects (the first LIST)."""
         for key in self.objects_by:
             self.objects_by[key] = {}
             for obj in objects.values():
                 self._index_object(key, obj)
 
-    def update(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+    def update(self, before: Packed | None, after: Packed | None) -> None:
         """One cached object replaced (``None``: absent)."""
         for key, names in self.objects_by.items():
-            if before is not None and (value := _labels(before).get(key)) is not None:
-                _discard(names, value, _name(before))
+            if before is not None and (value := before.label(key)) is not None:
+                _discard(names, value, before.name)
             if after is not None:
                 self._index_object(key, after)
 
-    def _index_object(self, key: str, obj: dict[str, Any]) -> None:
-        if (value := _labels(obj).get(key)) is not None:
-            self.objects_by[key].setdefault(value, {})[_name(obj)] = None
+    def _index_object(self, key: str, obj: Packed) -> None:
+        if (value := obj.label(key)) is not None:
+            self.objects_by[key].setdefault(value, {})[obj.name] = None
 
-    def subscribers(self, *versions: dict[str, Any] | None) -> list[_Subscriber]:
+    def subscribers(self, *versions: Packed | None) -> list[_Subscriber]:
         """The subscribers a change between these versions of one object concerns: by its name, and by
         the labels of each version (the old one's reach the subscribers that saw it match, to learn it no
         longer does)."""
@@ -218,9 +239,9 @@ class _Index:
         for obj in versions:
             if obj is None:
                 continue
-            for sub in self.named.get(_name(obj), ()):
+            for sub in self.named.get(obj.name, ()):
                 found[id(sub)] = sub
-            labels = _labels(obj)
+            labels = obj.labels
             for key, by_value in self.labelled.items():
                 if (value := labels.get(key)) is not None:
                     for sub in by_value.get(value, ()):
@@ -229,7 +250,7 @@ class _Index:
             found[id(sub)] = sub
         return list(found.values())
 
-    def objects_of(self, sub: _Subscriber, objects: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    def objects_of(self, sub: _Subscriber, objects: dict[str, Packed]) -> list[Packed]:
         """The cached objects a selector subscriber may select (all for one without index terms)."""
         if sub.terms is None:
             return list(objects.values())
@@ -253,14 +274,6 @@ def _discard(index: dict[str, Any], key: str, item: Any) -> None:
         del index[key]
 
 
-def _labels(obj: dict[str, Any]) -> dict[str, str]:
-    return (obj.get("metadata") or {}).get("labels") or {}
-
-
-def _name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
-
-
 class _SharedWatch:
     """The LIST+WATCH loop of one (connection, resource, namespace, scope), with its own hook and client.
 
@@ -274,7 +287,7 @@ class _SharedWatch:
         self.resource = resource
         self.namespace = namespace
         self.scope = scope
-        self.objects: dict[str, dict[str, Any]] = {}
+        self.objects: dict[str, Packed] = {}  # by name
         self.resource_version: str | None = None
         self.synced = False
         self.subscribers: list[_Subscriber] = []
@@ -314,7 +327,7 @@ class _SharedWatch:
         except Exception as err:
             sub.put(err)
             return
-        sub.prime_confirmed(obj if obj is None else trim(obj, self.resource), self.namespace)
+        sub.prime_confirmed(obj if obj is None else Packed(trim(obj, self.resource)), self.namespace)
 
     async def stop(self) -> None:
         # asyncio.wait, not `await self.task`: awaiting the cancelled task would raise *its* CancelledError,
@@ -362,13 +375,32 @@ class _SharedWatch:
         log.info("Watch of %s interrupted (%s); retrying in %.2fs", self._label, err, delay)
         await asyncio.sleep(delay)
 
+    async def _list_pages(self) -> tuple[dict[str, Packed], str | None]:
+        """Every object (trimmed and packed, by name) and the list's resourceVersion, read in pages of
+        :data:`LIST_PAGE` (``limit``, then ``continue``; an expired continue token is a 410: relisted)."""
+        current: dict[str, Packed] = {}
+        version: str | None = None
+        token: str | None = None
+        while True:
+            page = await self.hook.list_objects(
+                self.resource,
+                self.namespace,
+                label_selector=self.scope or None,
+                limit=LIST_PAGE,
+                continue_token=token,
+            )
+            for packed in (Packed(trim(item, self.resource)) for item in page.get("items") or []):
+                current[packed.name] = packed
+            metadata = page.get("metadata") or {}
+            version = str(metadata.get("resourceVersion") or "") or version
+            token = metadata.get("continue") or None
+            del page  # its dicts go before the next page is read
+            if token is None:
+                return current, version
+
     async def _list(self) -> None:
         self.hub._count(lists=1)
-        listed = await self.hook.list_objects(
-            self.resource, self.namespace, label_selector=self.scope or None
-        )
-        current = {item["metadata"]["name"]: trim(item, self.resource) for item in listed.get("items") or []}
-        self.resource_version = str(listed.get("metadata", {}).get("resourceVersion") or "") or None
+        current, self.resource_version = await self._list_pages()
         if not self.synced:
             self.objects = current
             self.index.reset(current)
@@ -382,14 +414,15 @@ class _SharedWatch:
         # A relist: report what the expired watch missed.
         for name, gone in list(self.objects.items()):
             if name not in current:  # its last known state, marked as deleted by the time of the list
-                metadata = {**gone.get("metadata", {}), "resourceVersion": self.resource_version}
-                self._apply(DELETED, {**gone, "metadata": metadata})
-        for name, obj in current.items():
+                last = gone.unpack()
+                last["metadata"] = {**last.get("metadata", {}), "resourceVersion": self.resource_version}
+                self._apply(DELETED, last)
+        for name, packed in current.items():
             before = self.objects.get(name)
             if before is None:
-                self._apply(ADDED, obj)
-            elif _rv(before) != _rv(obj):
-                self._apply(MODIFIED, obj)
+                self._apply(ADDED, packed.unpack(), packed)
+            elif before.resource_version != packed.resource_version:
+                self._apply(MODIFIED, packed.unpack(), packed)
 
     async def _watch(self) -> None:
         self.hub._count(watches_opened=1)
@@ -410,14 +443,17 @@ class _SharedWatch:
             if version:
                 self.resource_version = version
 
-    def _apply(self, type_: str, obj: dict[str, Any]) -> None:
-        name = obj.get("metadata", {}).get("name", "")
+    def _apply(self, type_: str, obj: dict[str, Any], packed: Packed | None = None) -> None:
+        """Keep one change (``obj``, trimmed; ``packed``: the same, if packed already) and offer it to the
+        subscribers it concerns, each given the same ``obj``."""
+        packed = Packed(obj) if packed is None else packed
+        name = packed.name
         before = self.objects.pop(name, None) if type_ == DELETED else self.objects.get(name)
         if type_ != DELETED:
-            self.objects[name] = obj
-        self.index.update(before, None if type_ == DELETED else obj)
-        for sub in self.index.subscribers(before, obj):
-            sub.offer(type_, obj)
+            self.objects[name] = packed
+        self.index.update(before, None if type_ == DELETED else packed)
+        for sub in self.index.subscribers(before, packed):
+            sub.offer(type_, packed, obj)
 
 
 def _rv(obj: dict[str, Any]) -> str | None:
@@ -496,11 +532,12 @@ class WatchHub:
         self, hook: AsyncTrainingJobHook, resource: ResourceRef, namespace: str, name: str
     ) -> dict[str, Any] | None:
         """An object as a running shared watch of its resource and namespace (of any scope) last saw it
-        (``None``: no such watch, not listed yet, or no such object). Costs no request."""
+        (``None``: no such watch, not listed yet, or no such object), unpacked: a new dict each call. Costs
+        no request."""
         key = _watch_key(hook, resource, namespace)
         for (watched, _), watch in self._watches.items():
             if watched == key and watch.synced and name in watch.objects:
-                return watch.objects[name]
+                return watch.objects[name].unpack()
         return None
 
     def _count(self, **deltas: int) -> None:

@@ -9,7 +9,9 @@ Worker pods run; their JSON, renamed for each of ``--jobs`` jobs (names and uids
 decoded the two ways the hub receives objects, each object then kept as the hub keeps it (its ``trim``):
 all in one LIST answer (the JSON decoder shares the keys of one document) and one watch event per object
 (each decoded afresh). Reported: tracemalloc's traced memory still held per job, after a collection, and the
-CPU time (``time.process_time``) to decode and trim one watch event's object.
+CPU time (``time.process_time``) to decode and trim one watch event's object. Since the hub keeps its objects
+packed (``slim.Packed``), "as kept" is the packed record, and the CPU of packing one and of unpacking it for a
+reader is reported too.
 """
 
 from __future__ import annotations
@@ -34,19 +36,21 @@ from trigger_load import NAMESPACE
 from airflow_provider_training.kinds.base import PODS, ResourceRef
 from airflow_provider_training.kinds.registry import get_kind
 
-Trim = Callable[[dict[str, Any], ResourceRef], dict[str, Any]]
+Trim = Callable[[dict[str, Any], ResourceRef], Any]  # the kept object: trimmed dicts, or packed
 
 
 def hub_trim() -> Trim:
-    """The hub's trim of this revision: ``watch._trim`` before ``slim.py`` existed, else ``slim.trim``."""
-    from airflow_provider_training import watch
+    """What the hub keeps of an object in this revision: ``watch._trim`` before ``slim.py`` existed, else
+    ``slim.trim``, packed (``slim.Packed``) where the revision packs."""
+    from airflow_provider_training import slim, watch
 
     old: Trim | None = getattr(watch, "_trim", None)
     if old is not None:
         return old
-    from airflow_provider_training.slim import trim
-
-    return trim
+    packed = getattr(slim, "Packed", None)
+    if packed is None:
+        return slim.trim
+    return lambda obj, resource: packed(slim.trim(obj, resource))
 
 
 def sample_objects() -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -113,6 +117,17 @@ def cpu_per_event(texts: list[str], resource: ResourceRef, trim: Trim, rounds: i
     return per
 
 
+def cpu_per_call(calls: list[Callable[[], Any]], rounds: int = 5) -> list[float]:
+    """Microseconds of CPU per call, per round."""
+    per = []
+    for _ in range(rounds):
+        start = time.process_time()
+        for call in calls:
+            call()
+        per.append((time.process_time() - start) / len(calls) * 1e6)
+    return per
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
@@ -139,9 +154,16 @@ def main() -> None:
     for label, texts, res in (("job", jobs, resource), ("pod", pod_texts, PODS)):
         runs = cpu_per_event(texts, res, trim)
         print(
-            f"  CPU to decode and trim one watch event's {label}: {statistics.median(runs):.0f} us "
+            f"  CPU to decode and keep one watch event's {label}: {statistics.median(runs):.0f} us "
             f"({min(runs):.0f}-{max(runs):.0f}, n={len(runs)} rounds of {len(texts)})"
         )
+        kept = [trim(json.loads(text), res) for text in texts]
+        if hasattr(kept[0], "unpack"):
+            runs = cpu_per_call([obj.unpack for obj in kept])
+            print(
+                f"  CPU to unpack one kept {label} for a reader: {statistics.median(runs):.1f} us "
+                f"({min(runs):.1f}-{max(runs):.1f}, n={len(runs)} rounds of {len(kept)})"
+            )
 
 
 if __name__ == "__main__":

@@ -362,15 +362,18 @@ def hub_cache_lines(triggers: int) -> list[str]:
 
 
 def deep_size(value: Any, seen: set[int]) -> int:
-    """``sys.getsizeof`` of ``value`` and of everything it holds (JSON-shaped), each object once."""
+    """``sys.getsizeof`` of ``value`` and of everything it holds (JSON-shaped, or a record with
+    ``__slots__`` such as ``slim.Packed``), each object once."""
     if id(value) in seen:
         return 0
     seen.add(id(value))
     size = sys.getsizeof(value)
     if isinstance(value, dict):
         size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in value.items())
-    elif isinstance(value, list):
+    elif isinstance(value, list | tuple):
         size += sum(deep_size(v, seen) for v in value)
+    elif slots := getattr(type(value), "__slots__", ()):
+        size += sum(deep_size(getattr(value, name), seen) for name in slots if hasattr(value, name))
     return size
 
 

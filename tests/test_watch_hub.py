@@ -18,6 +18,7 @@ from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import BATCH_JOBS, PODS, REPLICASETS, ResourceRef
 from airflow_provider_training.kinds.registry import get_kind
+from airflow_provider_training.slim import Packed, trim
 from airflow_provider_training.watch import WatchEvent, WatchHub
 from tests.hooks.kube_env import (
     FAST_RETRY,
@@ -398,9 +399,9 @@ def offers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
     seen: list[tuple[int, str]] = []
     offer = watch_module._Subscriber.offer
 
-    def recording(self, type_, obj):
-        seen.append((id(self), obj["metadata"]["name"]))
-        offer(self, type_, obj)
+    def recording(self, type_, packed, obj=None):
+        seen.append((id(self), packed.name))
+        offer(self, type_, packed, obj)
 
     monkeypatch.setattr(watch_module._Subscriber, "offer", recording)
     return seen
@@ -589,3 +590,62 @@ async def test_the_cache_keeps_of_a_job_all_but_annotations_and_pod_templates(ku
     # Strings are shared with every other cached object's (interned), keys included.
     name = cached["metadata"]["name"]
     assert sys.intern("templated") is name and all(sys.intern(key) is key for key in cached["metadata"])
+
+
+async def test_the_cache_keeps_objects_packed_and_every_reader_sees_them_whole(kube, hook):
+    """The hub holds each object packed (not as dicts); what a subscriber is handed, at priming and with a
+    watch event, and what ``cached`` returns, is the object as trimmed, a dict of its own, and the event
+    carries the very record the hub keeps (a subscriber that holds it costs nothing more)."""
+    hub = WatchHub()
+    create(kube, "packed", {"job": "packed"})
+    stored = kube.store.get(rtype(kube, JOB), "default", "packed")
+    async with (
+        hub.subscribe(hook, JOB, "default", name="packed") as named,
+        hub.subscribe(hook, JOB, "default", label_selector="job=packed") as selected,
+    ):
+        first = [await next_event(named), await next_event(selected)]
+        relabel(kube, "packed", {"step": "1"})
+        changed = [await next_event(named), await next_event(selected)]
+        (watch,) = hub._watches.values()
+        record = watch.objects["packed"]
+        assert type(record) is Packed  # not the dicts
+        cached = hub.cached(hook, JOB, "default", "packed")
+        assert cached == hub.cached(hook, JOB, "default", "packed") and cached is not hub.cached(
+            hook, JOB, "default", "packed"
+        )
+        cached["metadata"]["labels"]["step"] = "changed by a reader"
+        assert hub.cached(hook, JOB, "default", "packed")["metadata"]["labels"]["step"] == "1"
+    expected = trim(kube.store.get(rtype(kube, JOB), "default", "packed"), JOB)
+    assert [e.type for e in first] == ["ADDED", "ADDED"] and [e.type for e in changed] == ["MODIFIED"] * 2
+    assert first[0].object == first[1].object == trim(stored, JOB)
+    assert changed[0].object == changed[1].object == expected
+    assert changed[0].object is changed[1].object  # one watch event's object, shared by its subscribers
+    assert changed[0].packed is changed[1].packed is record
+    assert all(sys.intern(key) is key for key in changed[0].object["metadata"])  # strings shared again
+    assert (record.name, record.resource_version, record.labels) == (
+        "packed",
+        expected["metadata"]["resourceVersion"],
+        {"job": "packed", "step": "1"},
+    )
+    assert (record.label("step"), record.label("missing")) == ("1", None)
+
+
+async def test_the_list_is_read_in_pages_and_every_object_is_primed(kube, hook, monkeypatch):
+    """A LIST is read ``LIST_PAGE`` objects at a time (what decoding a whole LIST at once took stays with the
+    process); the subscribers see every object of every page, and the watch goes on from the list's
+    version."""
+    monkeypatch.setattr(watch_module, "LIST_PAGE", 2)
+    hub = WatchHub()
+    for i in range(5):
+        create(kube, f"job-{i}", {"paged": "yes"})
+    async with hub.subscribe(hook, JOB, "default", label_selector="paged=yes") as events:
+        seen = sorted([(await next_event(events)).name for _ in range(5)])
+        await watch_open(kube)
+        create(kube, "job-5", {"paged": "yes"})
+        later = await next_event(events)
+    assert seen == [f"job-{i}" for i in range(5)]
+    assert (later.type, later.name) == ("ADDED", "job-5")
+    pages = lists(kube)
+    assert [r.query.get("limit") for r in pages] == ["2", "2", "2"]
+    assert [bool(r.query.get("continue")) for r in pages] == [False, True, True]
+    assert hub.stats.lists == 1

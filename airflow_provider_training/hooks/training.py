@@ -192,9 +192,17 @@ class AsyncTrainingJobHook(HookParameters):
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
     ) -> dict[str, Any]:
-        """The whole List answer (``items`` and ``metadata.resourceVersion``)."""
-        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        """The List answer (``items`` and ``metadata.resourceVersion``): the whole list, or with ``limit`` a
+        page of it, the next one asked with the answer's ``metadata.continue`` as ``continue_token``."""
+        query = {
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "limit": limit,
+            "continue": continue_token,
+        }
         return await self._call("GET", collection_path(resource, namespace), query=query)
 
     async def delete_object(

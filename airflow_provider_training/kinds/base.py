@@ -36,7 +36,7 @@ class JobState(enum.StrEnum):
         return self in (JobState.SUCCEEDED, JobState.FAILED)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReplicaCounts:
     """Pod counts of one replica type."""
 
@@ -63,7 +63,7 @@ class ReplicaCounts:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobStatus:
     """A training job's status, the same shape for every kind."""
 

@@ -7,7 +7,9 @@ does not need: a term it cannot read is a ValueError naming it.
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +20,7 @@ _EQUALITY_TERM = re.compile(r"^(?P<key>[^!=\s]+)\s*(?P<op>==|=|!=)\s*(?P<value>\
 _EXISTS_TERM = re.compile(r"^(?P<negated>!?)\s*(?P<key>[^!=\s(),]+)$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LabelTerm:
     """One term: the label ``key`` has one of ``values`` (``among``), or none of them (not ``among``); no
     ``values`` (``None``) asks only whether the label exists (``among``) or not."""
@@ -40,19 +42,33 @@ def parse_selector(selector: str) -> tuple[LabelTerm, ...]:
         term = raw.strip()
         if not term:
             continue
-        if found := _SET_TERM.match(term):
-            values = frozenset(v.strip() for v in found["values"].split(","))
-            terms.append(LabelTerm(found["key"], values, among=found["op"] == "in"))
-        elif found := _EQUALITY_TERM.match(term):
-            terms.append(LabelTerm(found["key"], frozenset({found["value"]}), among=found["op"] != "!="))
-        elif found := _EXISTS_TERM.match(term):
-            terms.append(LabelTerm(found["key"], None, among=not found["negated"]))
-        else:
+        parsed = _parse_term(term)
+        if parsed is None:
             raise ValueError(f"label selector {selector!r}: cannot read the term {term!r}")
+        terms.append(parsed)
     return tuple(terms)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_term(term: str) -> LabelTerm | None:
+    """One term (``None``: unreadable). Cached: the watch hub keeps every waiting job's parsed selectors, in
+    which all terms but the job's name repeat (the operator's, the replica type's); its strings interned."""
+    if found := _SET_TERM.match(term):
+        values = frozenset(sys.intern(v.strip()) for v in found["values"].split(","))
+        return LabelTerm(sys.intern(found["key"]), values, among=found["op"] == "in")
+    if found := _EQUALITY_TERM.match(term):
+        value = frozenset({sys.intern(found["value"])})
+        return LabelTerm(sys.intern(found["key"]), value, among=found["op"] != "!=")
+    if found := _EXISTS_TERM.match(term):
+        return LabelTerm(sys.intern(found["key"]), None, among=not found["negated"])
+    return None
 
 
 def selects(terms: tuple[LabelTerm, ...], obj: Mapping[str, Any]) -> bool:
     """Whether the object's labels satisfy every term (no terms: every object)."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels_satisfy(terms, (obj.get("metadata") or {}).get("labels") or {})
+
+
+def labels_satisfy(terms: tuple[LabelTerm, ...], labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy every term (no terms: any labels)."""
     return all(term.holds(labels) for term in terms)

@@ -220,14 +220,11 @@ class TrainingJobTrigger(BaseTrigger):
             return
         hook = self._hook()
         waiter = self.waiter(hook, self.log, log_resume=resume, log_mark_until=mark_until)
-
-        def cursors() -> dict[str, Any] | None:
-            return waiter.streamer.cursors() if waiter.streamer is not None else None
-
-        def tails() -> dict[str, Any] | None:
-            return waiter.streamer.saved_tails() if waiter.streamer is not None else None
-
-        saver = asyncio.create_task(position.keep(cursors, tails)) if position is not None else None
+        saver = (
+            asyncio.create_task(position.keep(waiter.log_cursors, waiter.log_tails))
+            if position is not None
+            else None
+        )
         try:
             event = await waiter.wait()
             if self._ends_task(event):
@@ -237,7 +234,7 @@ class TrainingJobTrigger(BaseTrigger):
             if saver is not None and position is not None:
                 saver.cancel()
                 await asyncio.gather(saver, return_exceptions=True)
-                await position.save_final(cursors(), tails())
+                await position.save_final(waiter.log_cursors(), waiter.log_tails())
             await hook.close()
         yield TriggerEvent(event.to_payload())
 

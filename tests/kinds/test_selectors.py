@@ -38,6 +38,16 @@ def test_each_term_form() -> None:
     assert selects((), {"metadata": {}})  # the empty selector selects everything
 
 
+def test_a_term_repeated_across_selectors_is_one_object() -> None:
+    """The watch hub keeps every waiting job's parsed selectors: the terms they share (the operator's, the
+    replica type's) are parsed once and shared, with their strings; only the job's own term is new."""
+    first = parse_selector("job-name=a,operator=pytorch")
+    second = parse_selector("job-name=b, operator=pytorch")
+    assert first[1] is second[1] and first[0] != second[0]
+    assert first[0].key is second[0].key  # interned
+    assert not hasattr(first[0], "__dict__")  # a slots record
+
+
 def test_a_term_it_cannot_read_is_named() -> None:
     with pytest.raises(ValueError, match=r"cannot read the term 'b in x'"):
         parse_selector("a=1,b in x")
