@@ -27,7 +27,7 @@ import ssl
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
@@ -507,8 +507,9 @@ class LineStream(LineReader, asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport, though not always an asyncio.Transport subclass: uvloop's TCPTransport (the
+        # api-server's loop, where the Training tab follows logs) is not one.
+        self._transport = cast(asyncio.Transport, transport)
         if self._timeout is not None:
             loop = asyncio.get_running_loop()
             self._last = loop.time()

@@ -93,6 +93,23 @@ async def test_lines_split_across_chunks_and_a_chunk_split_across_reads():
         stream.close()
 
 
+def test_a_follow_runs_on_uvloop_as_the_api_server_runs_it():
+    """The Training tab follows logs in the api-server, whose loop is uvloop's: its TCP transport is not an
+    asyncio.Transport subclass (an isinstance check there once ended every tab follow at once)."""
+    import uvloop
+
+    async def follow() -> None:
+        async with scripted() as (script, transport):
+            stream = await opened(script, transport)
+            script.push(chunk(b"one\n") + b"0\r\n\r\n")
+            assert await stream.lines() == [b"one"]
+            assert await stream.lines() is None
+            stream.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(follow())
+
+
 async def test_the_server_closing_mid_stream_is_a_payload_error_after_the_lines_it_sent():
     async with scripted() as (script, transport):
         stream = await opened(script, transport)
