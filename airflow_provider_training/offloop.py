@@ -12,6 +12,7 @@ import asyncio
 import gc
 import importlib
 import threading
+import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -36,9 +37,27 @@ async def once_in_thread(key: Hashable, work: Callable[[], T]) -> T:
             future.set_running_or_notify_cancel()  # a caller's cancellation must not cancel the work
             threading.Thread(target=_run, args=(work, future), name=f"once: {key}"[:60], daemon=True).start()
     if not future.done():
-        await asyncio.wrap_future(future)
+        await asyncio.shield(_on_loop(future))
     result: T = future.result()
     return result
+
+
+_mirrors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Future[Any], asyncio.Future[Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _on_loop(future: Future[Any]) -> asyncio.Future[Any]:
+    """One asyncio future per loop that mirrors ``future``, for its callers to share. A thread's future keeps
+    the callbacks added to it for as long as it lives (``_results`` keeps it for the process): one wrapped
+    future per caller left some 600 B behind for every trigger that started during an import."""
+    loop = asyncio.get_running_loop()
+    mirrors = _mirrors.setdefault(loop, {})
+    mirror = mirrors.get(future)
+    if mirror is None:
+        mirror = mirrors[future] = asyncio.wrap_future(future, loop=loop)
+        mirror.add_done_callback(lambda _: mirrors.pop(future, None))
+    return mirror
 
 
 def _run(work: Callable[[], Any], future: Future[Any]) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_training.offloop import import_off_loop
+from airflow_provider_training import offloop
+from airflow_provider_training.offloop import import_off_loop, once_in_thread
 
 PROBE = """import threading
 IMPORTED_IN = threading.current_thread().name
@@ -51,3 +52,25 @@ def test_what_lived_after_the_import_is_frozen(probe):
     asyncio.run(import_off_loop(probe))
 
     assert gc.get_freeze_count() >= before + 10_000  # at least the module's 10,000 lists
+
+
+def test_callers_waiting_for_one_import_leave_nothing_on_the_thread_s_future():
+    """Hundreds of triggers starting during an import each awaited their own wrapped future, and the
+    thread's future (kept for the process) kept a callback for each of them for good."""
+    gate = threading.Event()
+    key = ("test", "gated")
+
+    async def callers() -> list[int]:
+        waiting = [asyncio.create_task(once_in_thread(key, lambda: gate.wait(10) and 7)) for _ in range(50)]
+        await asyncio.sleep(0)  # every caller is waiting now
+        while not all(task.done() for task in waiting):
+            gate.set()
+            await asyncio.sleep(0.01)
+        return [task.result() for task in waiting]
+
+    try:
+        assert asyncio.run(callers()) == [7] * 50
+        kept = offloop._results[key]._done_callbacks  # type: ignore[attr-defined]
+        assert len(kept) <= 1  # one mirror for the loop, not one per caller
+    finally:
+        offloop._results.pop(key, None)
