@@ -75,7 +75,37 @@ class _Finished(Exception):
 
 
 class JobWaiter:
-    """Waits for one job; :meth:`wait` returns the event."""
+    """Waits for one job; :meth:`wait` returns the event.
+
+    A triggerer holds one per deferred task, so what it keeps while it waits is kept small: slots, no
+    container until it has something to hold, and one coroutine frame (:meth:`wait`'s) suspended between
+    events (``benchmarks/README.md``, "scale.py")."""
+
+    __slots__ = (
+        "_began",
+        "_clock_start",
+        "_created",
+        "_events_refused",
+        "_job",
+        "_last_message",
+        "_last_seen",
+        "_notes",
+        "_started",
+        "_streamer",
+        "_suspended_logged_at",
+        "_tick_entry",
+        "_warned",
+        "children",
+        "hook",
+        "kind",
+        "log",
+        "name",
+        "namespace",
+        "opts",
+        "seen_pods",
+        "status",
+        "uid",
+    )
 
     def __init__(
         self,
@@ -92,7 +122,7 @@ class JobWaiter:
         # the same records as the hub's while they are current): unpacked when read, not held as dicts.
         self._job: Packed | None = None
         self._created: str | None = None  # the job's creationTimestamp
-        # The status children by resource key, then name.
+        # The status children by resource key, then name (none for the kinds whose status is the job's own).
         self.children: dict[str, dict[str, Packed]] = {
             child.resource.key: {} for child in kind.children if child.needed_for_status
         }
@@ -102,15 +132,20 @@ class JobWaiter:
         self.uid = options.uid
         self._started = False
         self._clock_start: datetime | None = None
-        self._warned: dict[tuple[str, str], None] = {}  # (pod, reason) warned of; a set is 216 B empty
-        self._last_seen: tuple[Any, ...] | None = None
+        self._warned: dict[tuple[str, str], None] | None = None  # (pod, reason) warned of, once there is one
+        self._last_seen: int | None = None  # the hash of the last logged (state, reason, replica counts)
         self._last_message = ""
         self._suspended_logged_at: datetime | None = None
         self._streamer: ReplicaLogStreamer | None = None
         self._began = datetime.now(UTC)
-        self._notes: list[str] = []  # what could not be read, for the event
+        self._notes: list[str] | None = None  # what could not be read, for the event, once there is some
         self._events_refused = False
         self._tick_entry: _TickEntry | None = None
+
+    def _note(self, note: str) -> None:
+        if self._notes is None:
+            self._notes = []
+        self._notes.append(note)
 
     @property
     def label(self) -> str:
@@ -122,11 +157,65 @@ class JobWaiter:
         return None if self._job is None else self._job.unpack()
 
     async def wait(self) -> WaitEvent:
-        """The event; every API read of the wait retries transient failures until the deadline."""
+        """The event; every API read of the wait retries transient failures until the deadline.
+
+        Between events this coroutine's frame is the wait's whole stack: it awaits the inbox itself, and
+        handles each event in :meth:`_handle`, a frame only while that runs (a chain of coroutines
+        suspended per waiting job was 1 KiB of a triggerer's memory per deferred task)."""
         from airflow_provider_training.hooks.retry import retry_until
+        from airflow_provider_training.watch import WatchHub
 
         with retry_until(self.opts.deadline):
-            return await self._wait()
+            inbox = _Inbox()
+            subscriptions: list[Subscription] = []
+            streaming: asyncio.Task[None] | None = None
+            try:
+                try:
+                    hub = WatchHub.shared()
+                    for tag, resource, selection in self._watched():
+                        subscription = hub.feed(
+                            self.hook,
+                            resource,
+                            self.namespace,
+                            inbox.deliver(tag),
+                            scope=self.kind.pod_watch_selectors if resource == PODS else (),
+                            **selection,
+                        )
+                        subscriptions.append(subscription)
+                    self._began = datetime.now(UTC)
+                    if self.opts.get_logs:
+                        self._streamer = self._log_streamer()
+                    try:
+                        while True:
+                            self._schedule_tick(inbox)
+                            while not inbox.items:
+                                inbox.waker = asyncio.get_running_loop().create_future()
+                                try:
+                                    await inbox.waker
+                                finally:
+                                    inbox.waker = None
+                            await self._handle(*inbox.items.pop(0))
+                            # Follow once the job is known: the streamer finds its deciding replica in the
+                            # job the hub now holds, instead of a GET per job when a triggerer starts N.
+                            if streaming is None and self._streamer is not None and self._job is not None:
+                                streaming = asyncio.create_task(self._streamer.run())
+                    except _Finished as done:
+                        self._drain_pods(inbox)
+                        if self._streamer is not None:  # emit what is left first, and say what could not be
+                            for gap in await self._streamer.stop():
+                                self.log.warning("%s: %s", self.label, gap)
+                                self._note(gap)
+                        return await self._event(done)
+                finally:  # the streamer before the subscriptions close, each close awaited even if one fails
+                    self._stop_ticks()
+                    try:
+                        if streaming is not None:
+                            streaming.cancel()
+                            await asyncio.gather(streaming, return_exceptions=True)
+                    finally:
+                        await _close_all(subscriptions)
+            except Exception as exc:  # an event, never a crashed trigger
+                return await self._event(self._failed_read(exc))
 
     async def conclude(self, job: RawObject) -> WaitEvent | None:
         """The event for ``job`` as just read, when its status already ends the wait (finished, at the
@@ -141,60 +230,13 @@ class JobWaiter:
                 if self.children:
                     listed = await self.hook.list_children(self.kind, self.name, self.namespace)
                     for key, objects in listed.items():
-                        self.children[key] = {_name(obj): Packed(obj) for obj in objects}
+                        self.children[key] = {_name(obj): Packed(obj, key) for obj in objects}
                 await self._evaluate()
             except _Finished as done:
                 return await self._event(done)
             except Exception as exc:
                 return await self._event(self._failed_read(exc))
             return None
-
-    async def _wait(self) -> WaitEvent:
-        from airflow_provider_training.watch import WatchHub
-
-        hub = WatchHub.shared()
-        queue = _Inbox()
-        subscriptions: list[Subscription] = []
-        streaming: asyncio.Task[None] | None = None
-        try:
-            try:
-                for tag, resource, selection in self._watched():
-                    subscription = hub.feed(
-                        self.hook,
-                        resource,
-                        self.namespace,
-                        queue.deliver(tag),
-                        scope=self.kind.pod_watch_selectors if resource == PODS else (),
-                        **selection,
-                    )
-                    subscriptions.append(subscription)
-                self._began = datetime.now(UTC)
-                if self.opts.get_logs:
-                    self._streamer = self._log_streamer()
-                try:
-                    while True:
-                        await self._step(queue)
-                        # Follow once the job is known: the streamer finds its deciding replica in the job
-                        # the hub now holds, instead of a GET per job when a triggerer starts N of them.
-                        if streaming is None and self._streamer is not None and self._job is not None:
-                            streaming = asyncio.create_task(self._streamer.run())
-                except _Finished as done:
-                    self._drain_pods(queue)
-                    if self._streamer is not None:  # emit what is left first, and say what could not be
-                        for gap in await self._streamer.stop():
-                            self.log.warning("%s: %s", self.label, gap)
-                            self._notes.append(gap)
-                    return await self._event(done)
-            finally:  # the streamer before the subscriptions close, each close awaited even if one fails
-                self._stop_ticks()
-                try:
-                    if streaming is not None:
-                        streaming.cancel()
-                        await asyncio.gather(streaming, return_exceptions=True)
-                finally:
-                    await _close_all(subscriptions)
-        except Exception as exc:  # an event, never a crashed trigger
-            return await self._event(self._failed_read(exc))
 
     def _failed_read(self, exc: Exception) -> _Finished:
         """How a read that retrying could not fix ends the wait: ``timeout`` if the deadline passed while
@@ -236,9 +278,9 @@ class JobWaiter:
                 watched.append((child.resource.key, child.resource, how))
         return watched
 
-    async def _step(self, queue: _Inbox) -> None:
-        self._schedule_tick(queue)
-        tag, item = await queue.get()
+    async def _handle(self, tag: str, item: Any) -> None:
+        """One event from the inbox: a watch event (``job``, ``pod``, a status child's resource key), a
+        ``tick`` for the time-based checks, or the ``error`` that ended a watch."""
         if tag == "error":
             raise item
         if tag == "job":
@@ -290,7 +332,7 @@ class JobWaiter:
         """Keep the job's latest state (``packed``: the same, as the hub keeps it); the first one is checked
         against the target."""
         first = self._job is None
-        self._job, self.uid = packed or Packed(obj), self.uid or _uid(obj)
+        self._job, self.uid = packed or Packed(obj, self.kind.resource.key), self.uid or _uid(obj)
         self._created = ((obj.get("metadata") or {}).get("creationTimestamp")) or None
         if first and (problem := self.kind.check_target(obj, self.opts.target)):
             raise _Finished(Outcome.ERROR, problem, None)
@@ -303,6 +345,8 @@ class JobWaiter:
         if diag.pod_started(obj):
             self._started = True
         for reason, message in diag.stuck_reasons(obj):
+            if self._warned is None:
+                self._warned = {}
             if (name, reason) not in self._warned:
                 self._warned[name, reason] = None
                 await self._warn_stuck(obj, reason, message)
@@ -322,7 +366,9 @@ class JobWaiter:
         }
         status = self.kind.status(job, children, grace_seconds=self.opts.status_grace_period)
         self.status = status
-        seen = (status.state, status.reason, tuple(sorted((k, v) for k, v in status.replicas.items())))
+        # Kept as a hash, not the tuple (two more ReplicaCounts per job); equal hashes of unequal tuples
+        # would skip one state line, at odds of one in 2**64.
+        seen = hash((status.state, status.reason, tuple(sorted(status.replicas.items()))))
         if seen != self._last_seen:
             self._last_seen = seen
             why = f" ({status.reason}: {status.message})" if status.reason or status.message else ""
@@ -400,7 +446,7 @@ class JobWaiter:
             and not suspended
             and self._age() >= timeout
         ):
-            stuck = sorted({f"{pod}: {reason}" for pod, reason in self._warned})
+            stuck = sorted({f"{pod}: {reason}" for pod, reason in self._warned or ()})
             detail = f"; stuck replicas: {', '.join(stuck)}" if stuck else ""
             message = f"no replica pod started within {timeout:g}s{detail}"
             raise _Finished(Outcome.TIMEOUT, message, self.status)
@@ -445,7 +491,6 @@ class JobWaiter:
             job_status=status.to_dict() if status else None,
             message=done.message,
             pods=sorted(self.seen_pods),
-            notes=self._notes,
         )
         needs_pods = done.outcome in (Outcome.FAILED, Outcome.TIMEOUT) or (
             done.outcome is Outcome.SUCCESS and not self._all_pods_seen()
@@ -460,8 +505,9 @@ class JobWaiter:
                 if not event.succeeded:
                     await self._explain(event, list(pods.values()))
             except Exception as exc:
-                self._notes.append(f"the explanation is incomplete: {exc}")
+                self._note(f"the explanation is incomplete: {exc}")
                 self.log.warning("%s: the explanation is incomplete: %s", self.label, exc)
+        event.notes = self._notes or []  # with what the explanation could not read
         return event
 
     def _drain_pods(self, queue: _Inbox) -> None:
@@ -475,7 +521,7 @@ class JobWaiter:
         """Keep a watched pod's latest state if it is one of this job's replicas."""
         if not self.kind.owns_pod(self.name, event.object):
             return False
-        self.seen_pods[diag.pod_name(event.object)] = event.packed or Packed(event.object)
+        self.seen_pods[diag.pod_name(event.object)] = event.packed or Packed(event.object, PODS.key)
         return True
 
     def _all_pods_seen(self) -> bool:
@@ -500,7 +546,7 @@ class JobWaiter:
         by_name = {diag.pod_name(p): p for p in pods}
         since = str(self._created or "")
         events = list(job_events)
-        for pod in {f.pod for f in failures if f.pod} | {pod for pod, _ in self._warned}:
+        for pod in {f.pod for f in failures if f.pod} | {pod for pod, _ in self._warned or ()}:
             if pod in by_name:
                 events.extend(await self._events_of(pod, "Pod", _uid(by_name[pod])))
             else:  # never seen, so its uid is unknown: an earlier pod of that name is older than the job
@@ -532,7 +578,7 @@ class JobWaiter:
                 self._events_refused = True
                 note = f"events could not be read: {exc}"
                 self.log.warning("%s: %s", self.label, note)
-                self._notes.append(note)
+                self._note(note)
             return []
 
     async def _tail(self, pod: str, container: str | None) -> tuple[list[str], str]:
@@ -568,7 +614,7 @@ _HINTS = {401: " (refused again after reloading the credentials)"}
 
 
 class _Inbox:
-    """A waiter's queue of ``(tag, item)``: a list and, while the waiter waits, one future (an
+    """A waiter's queue of ``(tag, item)``: a list and, while the waiter waits, the one future it awaits (an
     ``asyncio.Queue`` holds three deques and an Event: some 3 KiB per waiting job)."""
 
     __slots__ = ("items", "waker")
@@ -585,15 +631,6 @@ class _Inbox:
     def deliver(self, tag: str) -> Callable[[Any], None]:
         """A watch hub ``deliver`` that queues each event with ``tag``, and the error ending the watch."""
         return _Tagged(self, tag)
-
-    async def get(self) -> tuple[str, Any]:
-        while not self.items:
-            self.waker = asyncio.get_running_loop().create_future()
-            try:
-                await self.waker
-            finally:
-                self.waker = None
-        return self.items.pop(0)
 
     def get_nowait(self) -> tuple[str, Any]:
         return self.items.pop(0)

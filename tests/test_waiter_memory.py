@@ -79,3 +79,35 @@ async def test_a_waiter_holds_the_hubs_records_not_dicts_of_its_own(tmp_path: Pa
 
     assert event.succeeded and event.pods == [POD]
     assert "PyTorchJob default/kept is Succeeded" in event.message
+
+
+def frames_of_ours(task: asyncio.Task) -> list[str]:
+    """The provider's coroutines suspended in a task, outermost first (following what each awaits)."""
+    found, awaited = [], task.get_coro()
+    while (code := getattr(awaited, "cr_code", None)) is not None:
+        if "airflow_provider_training" in code.co_filename:
+            found.append(f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}")
+        awaited = awaited.cr_await
+    return found
+
+
+async def test_a_waiting_job_is_one_suspended_frame(tmp_path: Path, monkeypatch) -> None:
+    """Between events a wait is one coroutine frame, not a chain of them (each suspended coroutine is a few
+    hundred bytes per deferred task in a triggerer), and it keeps no container it has nothing for."""
+    async with cluster_and_hook(tmp_path, monkeypatch) as (cluster, hook):
+        body = {**job_body("kept"), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+        cluster.store.create(rtype(cluster, PYTORCH.resource), "default", body)
+        set_job(cluster, "Running")
+        options = WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=50), get_logs=False)
+        waiter = JobWaiter(hook, PYTORCH, "kept", "default", options, TaskLog())
+        waiting = asyncio.create_task(waiter.wait())
+        await until(lambda: waiter.status is not None)
+        await asyncio.sleep(0)  # back to waiting for the next event
+
+        assert frames_of_ours(waiting) == ["waiting.py:wait"]
+        assert not hasattr(waiter, "__dict__")  # slots
+        assert waiter._notes is None and waiter._warned is None
+        set_job(cluster, "Succeeded")
+        event = await waiting
+
+    assert event.succeeded and event.notes == []

@@ -9,6 +9,8 @@ from typing import Any
 from airflow_provider_training.hooks.connection import DEFAULT_CONN_ID
 from airflow_provider_training.hooks.retry import RetryPolicy
 
+DEFAULT_RETRY = RetryPolicy()
+
 
 @dataclass(eq=False)  # hooks stay equal only to themselves, and hashable
 class HookParameters:
@@ -27,7 +29,7 @@ class HookParameters:
     cluster_context: str | None = None
     namespace: str | None = None
     connection_extras: Mapping[str, Any] | None = field(default=None, repr=False)  # may hold credentials
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = DEFAULT_RETRY  # immutable: every hook shares the default
     request_timeout: float = 60.0
 
     def __post_init__(self) -> None:

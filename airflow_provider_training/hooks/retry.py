@@ -39,7 +39,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RetryScope:
     """Retry transient failures until ``deadline`` (UTC), or for ``patience`` seconds without one."""
 

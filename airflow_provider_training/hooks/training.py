@@ -81,7 +81,7 @@ class AsyncTrainingJobHook(HookParameters):
         self._extras = dict(self.connection_extras) if self.connection_extras is not None else None
         self._settings: KubeSettings | None = None
         self._transport: KubeTransport | None = None
-        self._init_lock = asyncio.Lock()
+        self._init_lock: asyncio.Lock | None = None  # made when a transport is first wanted
 
     # -- configuration ---------------------------------------------------------------------------------------
 
@@ -109,6 +109,8 @@ class AsyncTrainingJobHook(HookParameters):
     async def transport(self) -> KubeTransport:
         """The hook's transport, created on first use (its sessions are shared, see ``transport._Pool``)."""
         if self._transport is None:
+            if self._init_lock is None:
+                self._init_lock = asyncio.Lock()
             async with self._init_lock:
                 if self._transport is None:
                     settings = await self.get_settings()

@@ -45,6 +45,8 @@ RUNTIME_MODULES = (
 )
 
 if TYPE_CHECKING:
+    from airflow._shared.logging.types import Logger
+
     from airflow_provider_training.hooks.training import AsyncTrainingJobHook
     from airflow_provider_training.kinds.base import JobKind
     from airflow_provider_training.triggers.log_position import LogPosition
@@ -172,6 +174,14 @@ class TrainingJobTrigger(BaseTrigger):
                 "multiple_outputs": self.multiple_outputs,
             },
         )
+
+    @property
+    def log(self) -> Logger:
+        """The class's one logger, unless this trigger was given its own (``_log``). A logger per trigger is
+        1 KiB of a triggerer's memory per deferred task, and tells the records apart no better: the
+        triggerer sends a record to its task's log by the context it is logged in (the trigger's task binds
+        ``trigger_id`` and the task instance), not by the logger."""
+        return self._log if self._log is not None else type(self).logger()
 
     def _job_kind(self) -> JobKind:
         from airflow_provider_training.kinds.registry import get_kind

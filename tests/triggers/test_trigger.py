@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -240,3 +241,15 @@ def test_a_trigger_serialized_before_check_interval_was_named_still_loads():
 
     assert loaded.check_interval == 2.5
     assert loaded.serialize()[1] == {**serialized, "check_interval": 2.5}
+
+
+def test_triggers_log_through_their_class_logger_unless_given_their_own():
+    """One logger for every trigger of the class (a logger each was 1 KiB per deferred task; the triggerer
+    routes a record by the context it is logged in); a trigger given its own (``_log``) keeps it."""
+    first, second = trigger_for("first"), trigger_for("second")
+    own = logging.getLogger("tests.own")
+
+    assert first.log is second.log is TrainingJobTrigger.logger()
+    assert "_log" not in vars(first)  # nothing of its own was made
+    second._log = own
+    assert second.log is own and first.log is not own
