@@ -23,7 +23,7 @@ import logging
 import random
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_training.hooks.errors import KubeApiError
@@ -43,21 +43,43 @@ decoded at once (some 14 KB per localkube pod, before trimming) stayed as RSS af
 250 it is bounded by the page (``benchmarks/README.md``, "scale.py")."""
 
 
-@dataclass(frozen=True)
 class WatchEvent:
     """One change as a subscriber sees it: ``ADDED``, ``MODIFIED`` or ``DELETED`` and the object.
 
     ``packed`` is the same object as the hub keeps it (``None`` for a ``DELETED`` marker of an object that
     does not exist): a subscriber that holds on to the object keeps that, which costs nothing more, rather
-    than the dict."""
+    than the dict. ``object`` is the dict: a watch event's own (one for every subscriber of the change), or,
+    for an event made from the cache (priming), unpacked from ``packed`` when first read. A triggerer that
+    starts N waits primes some 3N objects in one step; unpacked there and then, they sat in the waiters'
+    inboxes together, the start-up's memory peak, which the process kept as RSS."""
 
-    type: str
-    object: dict[str, Any]
-    packed: Packed | None = field(default=None, compare=False, repr=False)
+    __slots__ = ("_object", "packed", "type")
+
+    def __init__(self, type: str, object: dict[str, Any] | None = None, packed: Packed | None = None) -> None:
+        if object is None and packed is None:
+            raise ValueError("a watch event needs its object, as a dict or packed")
+        self.type, self._object, self.packed = type, object, packed
+
+    @property
+    def object(self) -> dict[str, Any]:
+        if self._object is None:
+            assert self.packed is not None
+            self._object = self.packed.unpack()
+        return self._object
 
     @property
     def name(self) -> str:
         return str(self.object.get("metadata", {}).get("name", ""))
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, WatchEvent):
+            return NotImplemented
+        return (self.type, self.object) == (other.type, other.object)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"WatchEvent({self.type!r}, {self.name!r})"
 
 
 # Called with each event of a subscription, or the error that ended it, on the hub's watch task: it must
@@ -110,7 +132,7 @@ class _Subscriber:
         self.primed = True
         for packed in objects:
             if self.name is not None:
-                self.put(WatchEvent(ADDED, packed.unpack(), packed))
+                self.put(WatchEvent(ADDED, None, packed))
             else:
                 self.offer(ADDED, packed)
 
@@ -120,7 +142,7 @@ class _Subscriber:
             marker = {"metadata": {"name": self.name, "namespace": namespace}}
             self.put(WatchEvent(DELETED, marker))
         else:
-            self.put(WatchEvent(ADDED, packed.unpack(), packed))
+            self.put(WatchEvent(ADDED, None, packed))
             self.floor = packed.resource_version
         self.primed = True
         buffered, self.buffer = self.buffer or [], None
@@ -139,16 +161,16 @@ class _Subscriber:
         name = packed.name
         if self.name is not None:
             if name == self.name and not _not_newer(packed.resource_version, self.floor):
-                self.put(WatchEvent(type_, packed.unpack() if obj is None else obj, packed))
+                self.put(WatchEvent(type_, obj, packed))
             return
         selected = type_ != DELETED and self.selects(packed)
         if selected:
             seen = name in self.matching
             self.matching.add(name)
-            self.put(WatchEvent(MODIFIED if seen else ADDED, packed.unpack() if obj is None else obj, packed))
+            self.put(WatchEvent(MODIFIED if seen else ADDED, obj, packed))
         elif name in self.matching:
             self.matching.discard(name)
-            self.put(WatchEvent(DELETED, packed.unpack() if obj is None else obj, packed))
+            self.put(WatchEvent(DELETED, obj, packed))
 
     def selects(self, packed: Packed) -> bool:
         if self.selectors is None:
@@ -160,7 +182,7 @@ class _Subscriber:
 _NO_NAMES: set[str] = set()  # a named subscriber's ``matching``: never added to (see ``offer``)
 
 
-def _index_terms(selectors: list[tuple[LabelTerm, ...]] | None) -> list[tuple[str, frozenset[str]]] | None:
+def _index_terms(selectors: list[tuple[LabelTerm, ...]] | None) -> list[tuple[str, tuple[str, ...]]] | None:
     """For each selector its first ``key=value`` or ``key in (...)`` term; ``None`` if one has none."""
     if selectors is None:
         return None
@@ -327,7 +349,8 @@ class _SharedWatch:
         except Exception as err:
             sub.put(err)
             return
-        sub.prime_confirmed(obj if obj is None else Packed(trim(obj, self.resource)), self.namespace)
+        packed = None if obj is None else Packed(trim(obj, self.resource), self.resource.key)
+        sub.prime_confirmed(packed, self.namespace)
 
     async def stop(self) -> None:
         # asyncio.wait, not `await self.task`: awaiting the cancelled task would raise *its* CancelledError,
@@ -389,7 +412,9 @@ class _SharedWatch:
                 limit=LIST_PAGE,
                 continue_token=token,
             )
-            for packed in (Packed(trim(item, self.resource)) for item in page.get("items") or []):
+            for packed in (
+                Packed(trim(item, self.resource), self.resource.key) for item in page.get("items") or []
+            ):
                 current[packed.name] = packed
             metadata = page.get("metadata") or {}
             version = str(metadata.get("resourceVersion") or "") or version
@@ -446,7 +471,7 @@ class _SharedWatch:
     def _apply(self, type_: str, obj: dict[str, Any], packed: Packed | None = None) -> None:
         """Keep one change (``obj``, trimmed; ``packed``: the same, if packed already) and offer it to the
         subscribers it concerns, each given the same ``obj``."""
-        packed = Packed(obj) if packed is None else packed
+        packed = Packed(obj, self.resource.key) if packed is None else packed
         name = packed.name
         before = self.objects.pop(name, None) if type_ == DELETED else self.objects.get(name)
         if type_ != DELETED:
@@ -492,11 +517,11 @@ def _implies(term: LabelTerm, wanted: LabelTerm) -> bool:
         return False
     if wanted.among:  # ``key`` or ``key in (...)``: ``term`` must require the label, with values among these
         return term.among and (
-            wanted.values is None or (term.values is not None and term.values <= wanted.values)
+            wanted.values is None or (term.values is not None and set(term.values) <= set(wanted.values))
         )
     if not term.among:  # ``!key`` or ``key notin (...)``, from ``!key`` or a wider ``notin``
-        return term.values is None or (wanted.values is not None and wanted.values <= term.values)
-    return term.values is not None and wanted.values is not None and not term.values & wanted.values
+        return term.values is None or (wanted.values is not None and set(wanted.values) <= set(term.values))
+    return term.values is not None and wanted.values is not None and not set(term.values) & set(wanted.values)
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WatchHub] = weakref.WeakKeyDictionary()
@@ -510,6 +535,7 @@ class WatchHub:
         # Server-side timeoutSeconds of each watch request, drawn from this range so reconnects spread out.
         self.watch_timeout = watch_timeout
         self._watches: dict[tuple[Hashable, str], _SharedWatch] = {}  # by watch key and scope
+        self._keys: dict[Hashable, Hashable] = {}  # each watch key as first made (a few per triggerer)
         self._stats = HubStats()
 
     @classmethod
@@ -600,6 +626,7 @@ class WatchHub:
                 grouped.setdefault(serving_scope(selector, scope), []).append(parse_selector(selector))
             parts = dict(grouped)
         key = _watch_key(hook, resource, namespace)
+        key = self._keys.setdefault(key, key)  # one tuple per watched key, not one per subscription
         joined: list[tuple[_SharedWatch, _Subscriber]] = []
         for scoped, selectors in parts.items():
             watch = self._watches.get((key, scoped))

@@ -649,3 +649,17 @@ async def test_the_list_is_read_in_pages_and_every_object_is_primed(kube, hook, 
     assert [r.query.get("limit") for r in pages] == ["2", "2", "2"]
     assert [bool(r.query.get("continue")) for r in pages] == [False, True, True]
     assert hub.stats.lists == 1
+
+
+async def test_subscriptions_of_one_watch_share_its_key(kube, hook):
+    """Each subscription remembers which watch it leaves by: one key object per watch, not a tuple each (a
+    triggerer makes two subscriptions per deferred task)."""
+    hub = WatchHub()
+    create(kube, "keyed")
+    first = hub.feed(hook, JOB, "default", lambda _: None, name="keyed")
+    second = hub.feed(hook.copy(), JOB, "default", lambda _: None, label_selector="job=keyed")
+    try:
+        assert first._key == second._key and first._key is second._key
+    finally:
+        await second.close()
+        await first.close()

@@ -23,10 +23,13 @@ _EXISTS_TERM = re.compile(r"^(?P<negated>!?)\s*(?P<key>[^!=\s(),]+)$")
 @dataclass(frozen=True, slots=True)
 class LabelTerm:
     """One term: the label ``key`` has one of ``values`` (``among``), or none of them (not ``among``); no
-    ``values`` (``None``) asks only whether the label exists (``among``) or not."""
+    ``values`` (``None``) asks only whether the label exists (``among``) or not.
+
+    ``values`` is a sorted tuple without repeats, not a frozenset: a term has one value or a few, and a
+    frozenset of one is 216 B where the tuple is 48, for the job-name term every waiting job keeps."""
 
     key: str
-    values: frozenset[str] | None
+    values: tuple[str, ...] | None
     among: bool
 
     def holds(self, labels: Mapping[str, str]) -> bool:
@@ -54,11 +57,10 @@ def _parse_term(term: str) -> LabelTerm | None:
     """One term (``None``: unreadable). Cached: the watch hub keeps every waiting job's parsed selectors, in
     which all terms but the job's name repeat (the operator's, the replica type's); its strings interned."""
     if found := _SET_TERM.match(term):
-        values = frozenset(sys.intern(v.strip()) for v in found["values"].split(","))
+        values = tuple(sorted({sys.intern(v.strip()) for v in found["values"].split(",")}))
         return LabelTerm(sys.intern(found["key"]), values, among=found["op"] == "in")
     if found := _EQUALITY_TERM.match(term):
-        value = frozenset({sys.intern(found["value"])})
-        return LabelTerm(sys.intern(found["key"]), value, among=found["op"] != "!=")
+        return LabelTerm(sys.intern(found["key"]), (sys.intern(found["value"]),), among=found["op"] != "!=")
     if found := _EXISTS_TERM.match(term):
         return LabelTerm(sys.intern(found["key"]), None, among=not found["negated"])
     return None

@@ -15,13 +15,13 @@ def pod(**labels: str) -> dict:
 
 def test_each_term_form() -> None:
     assert parse_selector("a=1, b==2,c!=3,d,!e,f in (x, y),g notin (z)") == (
-        LabelTerm("a", frozenset({"1"}), True),
-        LabelTerm("b", frozenset({"2"}), True),
-        LabelTerm("c", frozenset({"3"}), False),
+        LabelTerm("a", ("1",), True),
+        LabelTerm("b", ("2",), True),
+        LabelTerm("c", ("3",), False),
         LabelTerm("d", None, True),
         LabelTerm("e", None, False),
-        LabelTerm("f", frozenset({"x", "y"}), True),
-        LabelTerm("g", frozenset({"z"}), False),
+        LabelTerm("f", ("x", "y"), True),
+        LabelTerm("g", ("z",), False),
     )
     sets = parse_selector("f in (x,y),g notin (z)")
     assert selects(sets, pod(f="y"))
