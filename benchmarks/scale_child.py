@@ -262,11 +262,17 @@ class Profiler:
             )
             lines += [f"      {_short(f.filename)}:{f.lineno}" for f in reversed(frames)]
         parts: Counter[str] = Counter()
+        sites: dict[str, Counter[str]] = {}
         for stat in diff:
-            parts[part_of([f.filename for f in stat.traceback])] += stat.size_diff
+            part = part_of([f.filename for f in stat.traceback])
+            parts[part] += stat.size_diff
+            inner = stat.traceback[-1]  # tracebacks are oldest frame first
+            sites.setdefault(part, Counter())[f"{_short(inner.filename)}:{inner.lineno}"] += stat.size_diff
         lines += ["", "still live per trigger, by part (an allocation's innermost frame of a known part):"]
         for part, size in parts.most_common():
             lines.append(f"  {size / 1024 / triggers:6.1f} KiB/trigger  {part}")
+            for site, at in sites[part].most_common(4):  # where in that part, by the allocating line
+                lines.append(f"        {at / 1024 / triggers:6.2f}  {site}")
         lines += ["", *hub_cache_lines(triggers)]
         grown = {k: types[k] - self.before_types.get(k, 0) for k in types}
         lines += ["", "live objects per trigger of the kinds that hold a client, a stream or a timer:"]
