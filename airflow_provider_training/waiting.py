@@ -12,6 +12,7 @@ The trigger runs it in the triggerer; the sync mode runs it on the worker's hook
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
@@ -91,6 +92,7 @@ class JobWaiter:
         "_last_seen",
         "_notes",
         "_started",
+        "_state",
         "_streamer",
         "_suspended_logged_at",
         "_tick_entry",
@@ -103,7 +105,6 @@ class JobWaiter:
         "namespace",
         "opts",
         "seen_pods",
-        "status",
         "uid",
     )
 
@@ -128,7 +129,7 @@ class JobWaiter:
         }
         # The last state of every replica pod seen, kept after a cleanup policy deleted the pod.
         self.seen_pods: dict[str, Packed] = {}
-        self.status: JobStatus | None = None
+        self._state: JobState | None = None  # of the job as last evaluated (its status is read when asked)
         self.uid = options.uid
         self._started = False
         self._clock_start: datetime | None = None
@@ -247,7 +248,7 @@ class JobWaiter:
         text = str(exc) if isinstance(exc, KubeApiError) else f"{type(exc).__name__}: {exc}"
         deadline = self.opts.deadline
         if is_transient(exc) and deadline is not None and datetime.now(UTC) >= deadline:
-            state = self.status.state.value if self.status else "not found"
+            state = self._state.value if self._state else "not found"
             self.log.warning("Waiting for %s: the deadline passed while retrying %s", self.label, text)
             message = f"deadline {deadline.isoformat()} passed while {state} (last read failed: {text})"
             return _Finished(Outcome.TIMEOUT, message, self.status)
@@ -301,7 +302,8 @@ class JobWaiter:
         if self._tick_entry is not None and self._tick_entry.when <= due:
             return  # the one pending comes soon enough
         self._stop_ticks()
-        self._tick_entry = _Ticker.of(loop).at(due, lambda: self._ticked(queue))
+        # A partial, not a lambda: no function and closure cells kept per waiting job
+        self._tick_entry = _Ticker.of(loop).at(due, functools.partial(self._ticked, queue))
 
     def _ticked(self, queue: _Inbox) -> None:
         self._tick_entry = None
@@ -358,14 +360,25 @@ class JobWaiter:
         lines = "".join(f"\n    {line}" for line in diag.format_events(events))
         self.log.warning("Replica pod %s of %s is stuck: %s: %s%s", pod, self.label, reason, message, lines)
 
-    async def _evaluate(self) -> None:
+    @property
+    def status(self) -> JobStatus | None:
+        """The job's status as last seen (``None``: not yet), read from the kept job when asked: the wait
+        itself needs only the state between events, and a status kept per waiting job (its replica counts,
+        times and message) was some 0.7 KiB of a triggerer's memory per deferred task."""
         job = self.job
-        assert job is not None
+        return None if job is None else self._read_status(job)
+
+    def _read_status(self, job: RawObject) -> JobStatus:
         children: dict[str, list[RawObject]] = {
             k: [child.unpack() for child in v.values()] for k, v in self.children.items()
         }
-        status = self.kind.status(job, children, grace_seconds=self.opts.status_grace_period)
-        self.status = status
+        return self.kind.status(job, children, grace_seconds=self.opts.status_grace_period)
+
+    async def _evaluate(self) -> None:
+        job = self.job
+        assert job is not None
+        status = self._read_status(job)
+        self._state = status.state
         # Kept as a hash, not the tuple (two more ReplicaCounts per job); equal hashes of unequal tuples
         # would skip one state line, at odds of one in 2**64.
         seen = hash((status.state, status.reason, tuple(sorted(status.replicas.items()))))
@@ -425,19 +438,17 @@ class JobWaiter:
 
     def _check_time(self) -> None:
         now = datetime.now(UTC)
-        state = self.status.state.value if self.status else "not found"
+        state = self._state.value if self._state else "not found"
+        suspended = self._state == JobState.SUSPENDED
         # Report the job as it is, unless even its first state does not arrive in time.
         first_seen = self._job is not None or (now - self._began).total_seconds() >= FIRST_STATE_GRACE
         if self.opts.deadline is not None and now >= self.opts.deadline and first_seen:
-            note = (
-                " (the job is suspended)" if self.status and self.status.state == JobState.SUSPENDED else ""
-            )
+            note = " (the job is suspended)" if suspended else ""
             raise _Finished(
                 Outcome.TIMEOUT,
                 f"deadline {self.opts.deadline.isoformat()} passed while {state}{note}",
                 self.status,
             )
-        suspended = self.status is not None and self.status.state == JobState.SUSPENDED
         timeout = self.opts.startup_timeout
         if (
             timeout
@@ -526,7 +537,8 @@ class JobWaiter:
 
     def _all_pods_seen(self) -> bool:
         """Whether the watch showed as many pods as the status says replicas are desired (no LIST needed)."""
-        desired = [c.desired for c in (self.status.replicas.values() if self.status else [])]
+        status = self.status
+        desired = [c.desired for c in (status.replicas.values() if status else [])]
         return bool(desired) and None not in desired and len(self.seen_pods) >= sum(d or 0 for d in desired)
 
     async def _explain(self, event: WaitEvent, pods: list[RawObject]) -> None:
@@ -540,8 +552,8 @@ class JobWaiter:
         for more in (recorded, self.kind.failures_in_events(self.name, job_events)):
             known = {f.pod for f in failures}
             failures += [f for f in more if f.pod not in known]
-        if not failures and self.status is not None:
-            failures = diag.counted_failures(self.kind, self.status, pods)
+        if not failures and (status := self.status) is not None:
+            failures = diag.counted_failures(self.kind, status, pods)
         event.replica_failures = failures
         by_name = {diag.pod_name(p): p for p in pods}
         since = str(self._created or "")

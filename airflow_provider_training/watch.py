@@ -36,11 +36,13 @@ from airflow_provider_training.slim import Packed, trim
 log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
-LIST_PAGE = 250
+LIST_PAGE = 100
 """Objects per page of a shared watch's LIST. A page is decoded whole, and what the largest one took stays
 with the process: CPython's allocator keeps each arena that a kept object still uses, so the memory a LIST
-decoded at once (some 14 KB per localkube pod, before trimming) stayed as RSS after it was freed. In pages of
-250 it is bounded by the page (``benchmarks/README.md``, "scale.py")."""
+decoded at once (some 14 KB per localkube pod, before trimming) stayed as RSS after it was freed. In pages it
+is bounded by the page: once what each job keeps was cut to some 12 KB, a page of 250 (3.5 MB at its peak)
+was a fifth of what 1,000 jobs hold, and 100 is 1.4 MB, for 32 LIST requests at start-up instead of 14 at
+1,000 jobs of two pods (``benchmarks/README.md``, "scale.py"). Kubernetes' own informers read pages of 500."""
 
 
 class WatchEvent:
@@ -109,16 +111,13 @@ class _Subscriber:
     while a named object's absence is being confirmed by a GET, buffered and replayed after it.
     """
 
-    __slots__ = ("buffer", "confirming", "floor", "matching", "name", "primed", "put", "selectors", "terms")
+    __slots__ = ("buffer", "confirming", "floor", "matching", "name", "primed", "put", "selectors")
 
     def __init__(
         self, name: str | None, selectors: list[tuple[LabelTerm, ...]] | None, deliver: Deliver
     ) -> None:
         self.name = name
         self.selectors = selectors
-        # (label key, values) per selector, one of its terms an object must carry to match (``None``: some
-        # selector has no such term, so every change is offered to this subscriber).
-        self.terms = _index_terms(selectors) if name is None else None
         self.put = deliver
         self.primed = False
         self.buffer: list[tuple[str, Packed, dict[str, Any] | None]] | None = None  # seen while confirming
@@ -126,6 +125,13 @@ class _Subscriber:
         # For selector subscribers: the names it currently sees (none for a named one: a set is 216 B).
         self.matching: set[str] = set() if name is None else _NO_NAMES
         self.confirming: asyncio.Task[None] | None = None
+
+    @property
+    def terms(self) -> list[tuple[str, tuple[str, ...]]] | None:
+        """(label key, values) per selector, one of its terms an object must carry to match (``None``: a named
+        subscriber, or some selector has no such term, so every change is offered to this subscriber). Read
+        when the subscriber joins or leaves the index, not kept."""
+        return _index_terms(self.selectors) if self.name is None else None
 
     def prime(self, objects: Iterable[Packed]) -> None:
         """Deliver the cached state: the named object, or every matching one among ``objects``."""
@@ -210,12 +216,13 @@ class _Index:
         self.objects_by: dict[str, dict[str, dict[str, None]]] = {}  # label key -> value -> names (ordered)
 
     def add(self, sub: _Subscriber, objects: dict[str, Packed]) -> None:
+        terms = sub.terms
         if sub.name is not None:
             self.named.setdefault(sub.name, []).append(sub)
-        elif sub.terms is None:
+        elif terms is None:
             self.always.append(sub)
         else:
-            for key, values in sub.terms:
+            for key, values in terms:
                 if key not in self.labelled:
                     self.labelled[key] = {}
                     self.objects_by[key] = {}
@@ -225,12 +232,13 @@ class _Index:
                     self.labelled[key].setdefault(value, []).append(sub)
 
     def remove(self, sub: _Subscriber) -> None:
+        terms = sub.terms
         if sub.name is not None:
             _discard(self.named, sub.name, sub)
-        elif sub.terms is None:
+        elif terms is None:
             self.always.remove(sub)
         else:
-            for key, values in sub.terms:
+            for key, values in terms:
                 for value in values:
                     _discard(self.labelled[key], value, sub)
 
@@ -274,10 +282,11 @@ class _Index:
 
     def objects_of(self, sub: _Subscriber, objects: dict[str, Packed]) -> list[Packed]:
         """The cached objects a selector subscriber may select (all for one without index terms)."""
-        if sub.terms is None:
+        terms = sub.terms
+        if terms is None:
             return list(objects.values())
         names: dict[str, None] = {}
-        for key, values in sub.terms:
+        for key, values in terms:
             for value in values:
                 names.update(self.objects_by[key].get(value, {}))
         return [objects[name] for name in names]

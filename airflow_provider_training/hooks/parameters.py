@@ -12,7 +12,8 @@ from airflow_provider_training.hooks.retry import RetryPolicy
 DEFAULT_RETRY = RetryPolicy()
 
 
-@dataclass(eq=False)  # hooks stay equal only to themselves, and hashable
+@dataclass(eq=False, slots=True)  # hooks stay equal only to themselves, and hashable; slots: a trigger
+# holds one per deferred task
 class HookParameters:
     """Which cluster a hook talks to and how; the parameters of ``AsyncTrainingJobHook`` and of
     ``TrainingJobHook``, which subclass this and set up their own state in ``__post_init__``.

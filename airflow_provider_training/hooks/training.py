@@ -76,6 +76,7 @@ class AsyncTrainingJobHook(HookParameters):
     """
 
     default_conn_name = DEFAULT_CONN_ID
+    __slots__ = ("_extras", "_init_lock", "_settings", "_transport")
 
     def __post_init__(self) -> None:
         self._extras = dict(self.connection_extras) if self.connection_extras is not None else None
