@@ -6,6 +6,7 @@ polling baselines; and how long a worker takes to submit. Prints every figure si
     python benchmarks/scale.py --jobs 5000           # opt-in size
     python benchmarks/scale.py --profile             # where memory and CPU go: logs mode at N = 300
     python benchmarks/scale.py --profile --profile-mode hub   # ... or another mode
+    python benchmarks/scale.py --server real --jobs 1000   # status change to event on kube-apiserver + etcd
 
 Modes (one fresh trigger process per mode and N; see benchmarks/README.md for what each measures):
 
