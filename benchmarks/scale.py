@@ -6,6 +6,7 @@ polling baselines; and how long a worker takes to submit. Prints every figure si
     python benchmarks/scale.py --jobs 5000           # opt-in size
     python benchmarks/scale.py --profile             # where memory and CPU go: logs mode at N = 300
     python benchmarks/scale.py --profile --profile-mode hub   # ... or another mode
+    python benchmarks/scale.py --server real --jobs 1000   # status change to event on kube-apiserver + etcd
 
 Modes (one fresh trigger process per mode and N; see benchmarks/README.md for what each measures):
 
@@ -45,6 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import scale_real
 from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 from scale_cluster import (
@@ -117,6 +119,10 @@ class Measurement:
     )  # status write -> watch event sent (localkube)
     client_latencies: list[float] = field(default_factory=list)  # watch event sent -> trigger event
     missing_write: int = 0
+    server: str = "localkube"
+    write_answered: list[float] = field(default_factory=list)  # real server: the status PATCH's round trip
+    flip_lag_max: float = 0.0  # the trigger process's longest loop lag while the events came
+    flip_behind_s: float = 0.0  # how far the real server's status writes fell behind the flip rate
     events: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -199,6 +205,22 @@ class Child:
         self._stderr.close()
 
 
+def trigger_argv(mode: str, jobs: int, prefix: str, kubeconfig: Path, args: argparse.Namespace) -> list[str]:
+    """The trigger process's command line: ``jobs`` triggers of ``mode`` for the jobs ``<prefix>-NNNN``."""
+    return [
+        sys.executable,
+        str(CHILD),
+        "triggers",
+        f"--mode={mode}",
+        f"--jobs={jobs}",
+        f"--prefix={prefix}",
+        f"--conn-id={CONN_ID}",
+        f"--kubeconfig={kubeconfig}",
+        f"--poll-interval={args.poll_interval}",
+        f"--sample={args.sample}",
+    ]
+
+
 def child_env(kubeconfig: Path) -> dict[str, str]:
     env = {**os.environ, f"AIRFLOW_CONN_{CONN_ID.upper()}": connection_json(kubeconfig, NAMESPACE)}
     env.pop("KUBECONFIG", None)
@@ -273,18 +295,7 @@ def measure(
     sent = SentClock(cluster)
     kubeconfig = cluster.write_kubeconfig(workdir / f"{mode}-{jobs}.kubeconfig")
     prefix = f"j{jobs}"
-    argv = [
-        sys.executable,
-        str(CHILD),
-        "triggers",
-        f"--mode={mode}",
-        f"--jobs={jobs}",
-        f"--prefix={prefix}",
-        f"--conn-id={CONN_ID}",
-        f"--kubeconfig={kubeconfig}",
-        f"--poll-interval={args.poll_interval}",
-        f"--sample={args.sample}",
-    ]
+    argv = trigger_argv(mode, jobs, prefix, kubeconfig, args)
     if profile is not None:
         argv.append(f"--profile={profile}")
     child = Child(argv, child_env(kubeconfig), workdir / f"{mode}-{jobs}.stderr")
@@ -345,14 +356,7 @@ def measure(
             return m
         # -- flip every job to Succeeded, --flip-rate jobs a second
         flip(cluster, runtime, names, len(names) / args.flip_rate)
-        try:
-            done = child.expect("done", len(names) / args.flip_rate + args.event_timeout)
-            m.failures = done["failures"]
-        except TimeoutError:
-            m.notes.append(
-                f"{jobs - len(child.events)} events missing {args.event_timeout:g} s after the flips"
-            )
-        time.sleep(0.2)
+        await_events(m, child, args)
         for event in list(child.events):
             m.events[event["status"]] = m.events.get(event["status"], 0) + 1
             written = clock.written.get(event["name"])
@@ -407,12 +411,144 @@ def steady(
     m.steady_lag_max = max((s["lag"] for s in inside), default=0.0)
 
 
+def measure_real(mode: str, jobs: int, args: argparse.Namespace, workdir: Path) -> Measurement:
+    """Status change to event on a real kube-apiserver (``scale_real``): a fresh control plane, N jobs
+    Running, a fresh trigger process armed and quiet, then every job's status written Succeeded."""
+    import scale_real
+
+    m = Measurement(mode, jobs, server="real")
+    directory = workdir / f"real-{mode}-{jobs}"
+    server = scale_real.RealServer(directory)
+    prefix = f"r{jobs}"
+    names = [f"{prefix}-{i:04d}" for i in range(jobs)]
+    observer = scale_real.Observer(server.cluster)
+    child = None
+    try:
+        began = time.monotonic()
+        server.create_jobs(names)
+        wait_until(lambda: observer.running() >= jobs, args.setup_timeout, f"{jobs} Running jobs")
+        if server.wait_quiet(args.quiet_timeout) is None:
+            m.notes.append(f"kube-apiserver not quiet within {args.quiet_timeout:g} s")
+        m.setup_s = time.monotonic() - began
+        argv = trigger_argv(mode, jobs, prefix, server.kubeconfig, args)
+        child = Child(argv, child_env(server.kubeconfig), directory / "child.stderr")
+        ready = child.expect("ready", 300)
+        m.rss_before_kb, m.import_s = ready["rss_kb"], ready["import_s"]
+        child.send("go")
+        started = child.expect("started", 60)["t"]
+        # Armed: the hub's two watches (the observer holds one more on the jobs) and, with logs, every
+        # followed pod's stream open at kube-apiserver; settled: the trigger process's loop quiet.
+        streams = STREAMS_PER_JOB[mode] * jobs
+
+        def armed() -> bool:
+            return (
+                server.longrunning("pods") >= 1
+                and server.longrunning(KIND.resource.plural) >= 2
+                and server.longrunning("pods", "log") >= streams
+            )
+
+        wait_until(armed, args.startup_timeout, "the triggers' watches and log streams")
+        m.subscribed_s = time.monotonic() - started
+        deadline = time.monotonic() + args.settle_max
+        while (settled := quiet_since(child.samples, started + m.subscribed_s)) is None:
+            if time.monotonic() > deadline:
+                m.notes.append(f"loop not quiet within {args.settle_max:g} s of arming")
+                break
+            time.sleep(0.25)
+        m.settled_s = None if settled is None else settled - started
+        m.startup_lag_max = max((s["lag"] for s in child.samples), default=0.0)
+        time.sleep(args.settle)
+        before = server.requests()
+        flipped = time.monotonic()
+        flip = server.flip(observer, names, args.flip_rate)
+        m.flip_behind_s = flip.behind_s
+        await_events(m, child, args)
+        m.steady_kinds = dict(server.requests() - before)  # here: what the server answered over the flips
+        m.flip_lag_max = max((s["lag"] for s in child.samples if s["t"] >= flipped), default=0.0)
+        for event in list(child.events):
+            m.events[event["status"]] = m.events.get(event["status"], 0) + 1
+            written = flip.written.get(event["name"])
+            if written is None:
+                m.missing_write += 1
+                continue
+            m.latencies.append(event["t"] - written)
+            m.write_answered.append(flip.answered[event["name"]] - written)
+            if (seen := observer.observed.get(event["name"])) is not None:
+                m.server_latencies.append(seen - written)
+                m.client_latencies.append(event["t"] - seen)
+        m.peak_rss_kb = max((s["rss_kb"] for s in child.samples), default=0)
+    finally:
+        if child is not None:
+            child.close()
+        observer.stop()
+        server.stop()
+    return m
+
+
+def report_real(runs: list[Measurement], args: argparse.Namespace) -> None:
+    load = os.getloadavg()
+    print(
+        f"\nscale.py --server real: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs; kube-apiserver and etcd "
+        f"(scripts/realkube/build.sh), localkube agent as the controller and kubelet; {args.flip_rate:g} "
+        "status writes/s"
+    )
+    table(
+        "status change (the status PATCH sent) to trigger event, ms",
+        f"{'N':>5} {'mode':<32} {'p50':>6} {'p99':>6} {'max':>6} {'n':>5}  {'write->observed p50':>19} "
+        f"{'p99':>5}  {'observed->event p50':>19} {'p99':>5}  {'PATCH p50':>9} {'p99':>5}  "
+        f"{'lag max s':>9}  events",
+    )
+    for m in runs:
+        lat, seen, rest, patch = (
+            [v * 1000 for v in values]
+            for values in (m.latencies, m.server_latencies, m.client_latencies, m.write_answered)
+        )
+        events = ", ".join(f"{k} {v}" for k, v in sorted(m.events.items()))
+        notes = m.notes + ([f"writes up to {m.flip_behind_s:.1f} s behind"] if m.flip_behind_s > 0.5 else [])
+        print(
+            f"{m.jobs:>5} {MODES[m.mode]:<32} {pct(lat, 0.5):>6.0f} {pct(lat, 0.99):>6.0f} "
+            f"{max(lat, default=float('nan')):>6.0f} {len(lat):>5}  {pct(seen, 0.5):>19.0f} "
+            f"{pct(seen, 0.99):>5.0f}  {pct(rest, 0.5):>19.0f} {pct(rest, 0.99):>5.0f}  "
+            f"{pct(patch, 0.5):>9.0f} {pct(patch, 0.99):>5.0f}  {m.flip_lag_max:>9.2f}  {events}"
+            f"{' (' + '; '.join(notes) + ')' if notes else ''}"
+        )
+    print(
+        "\nrequests kube-apiserver answered from the first status write to the last event"
+        "\n(apiserver_request_total; the benchmark's status PATCHes and gate ConfigMaps,"
+        "\nthe agent's pod status and event writes included)"
+    )
+    for m in runs:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(m.steady_kinds.items(), key=lambda kv: -kv[1]))
+        print(f"{m.jobs:>5} {MODES[m.mode]:<32} {kinds or 'none'}")
+    print("\nset-up (not part of the figures): creating the jobs until all ran; armed, settled after start")
+    for m in runs:
+        settled = "-" if m.settled_s is None else f"{m.settled_s:.1f}"
+        print(
+            f"{m.jobs:>5} {MODES[m.mode]:<32} jobs {m.setup_s:6.1f} s   armed {m.subscribed_s or 0:5.1f} s   "
+            f"settled {settled} s   start-up lag max {m.startup_lag_max:.2f} s   "
+            f"peak RSS {mb(m.peak_rss_kb)} MB"
+        )
+
+
 def flip(cluster: LocalKube, runtime: Any, names: list[str], over: float) -> None:
     ticks = max(1, round(over / 0.1))
     per_tick = -(-len(names) // ticks)
     for i in range(0, len(names), per_tick):
         cluster.call(runtime.finish, names[i : i + per_tick])
         time.sleep(0.1)
+
+
+def await_events(m: Measurement, child: Child, args: argparse.Namespace) -> None:
+    """Until the trigger process reported every trigger's event (``done``), or ``--event-timeout`` s after
+    the flips' end (noted)."""
+    try:
+        done = child.expect("done", m.jobs / args.flip_rate + args.event_timeout)
+        m.failures = done["failures"]
+    except TimeoutError:
+        missing = m.jobs - len(child.events)
+        m.notes.append(f"{missing} events missing {args.event_timeout:g} s after the flips")
+    time.sleep(0.2)
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -677,6 +813,7 @@ def main() -> None:
     parser.add_argument("--profile-jobs", type=int, default=300)
     parser.add_argument("--profile-mode", default="hub-logs", choices=list(MODES), help="(hub-logs)")
     parser.add_argument("--json", help="also write every figure here")
+    scale_real.add_arguments(parser)
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(MODES)
@@ -686,6 +823,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         if args.profile:
             run_profile(args, Path(tmp))
+            return
+        if args.server == "real":
+            explicit = args.modes != ",".join(MODES)
+            hub_modes = [m for m in modes if m in STREAMS_PER_JOB] if explicit else list(STREAMS_PER_JOB)
+            if explicit and hub_modes != modes:
+                parser.error(f"--server real measures the hub modes only ({', '.join(STREAMS_PER_JOB)})")
+            real = []
+            for jobs in sizes:
+                for mode in hub_modes:
+                    print(f"... {MODES[mode]}, N={jobs}, real server", file=sys.stderr, flush=True)
+                    real.append(measure_real(mode, jobs, args, Path(tmp)))
+            report_real(real, args)
+            if args.json:
+                Path(args.json).write_text(json.dumps({"runs": [m.__dict__ for m in real]}, indent=1))
             return
         runs = []
         for jobs in sizes:
