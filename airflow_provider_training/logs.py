@@ -246,6 +246,12 @@ class _Pod:
         finally:
             self.waiter = None
 
+    @property
+    def read_to_end(self) -> bool:
+        """Whether every line of its container was read: its last read or stream reached the end of the log,
+        and the container, as last seen, neither runs nor restarted since (nothing more can come)."""
+        return self.unread is None and not self.running and self.restarts == (self.restarts_read or 0)
+
     def __call__(self) -> None:
         """Its silent stream has something (the stream's one callback: the pod itself, no closure)."""
         self.owner._start(self)
@@ -419,6 +425,8 @@ class ReplicaLogStreamer:
 
         The chosen pods are listed once more, so pods never followed are read too: those whose watch events
         had not arrived yet, and all of them when :meth:`run` never got to start (a job that ended at once).
+        A pod whose log was read to its end, its container stopped (its stream ended with it), is not read
+        again.
         These reads retry like every other (until the wait's deadline, see ``hooks.retry.retry_until``).
         Returns a note for each pod whose log could not be read to its end, and why (e.g. it was deleted).
         """
@@ -540,7 +548,9 @@ class ReplicaLogStreamer:
                 known.see(pod)
             else:
                 self._track(pod)
-        started = [pod for pod in self._pods.values() if pod.has_run and not pod.deleted]
+        started = [
+            pod for pod in self._pods.values() if pod.has_run and not pod.deleted and not pod.read_to_end
+        ]
         await asyncio.gather(*(self._read(pod) for pod in started), return_exceptions=True)
         for state in [*self._replaced, *self._pods.values()]:
             if state.has_run and state.unread is not None:
