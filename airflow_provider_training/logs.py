@@ -200,7 +200,9 @@ class _Pod:
         # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
         self.unread: str | None = "its log was not read"
         self.tail_lines = tail
-        self.tail: list[str] | None = None  # made with the first line: most pods say little
+        # Its last tail_lines lines joined by newlines (None: none yet): one string, not a string per line
+        # (about 50 bytes each besides the text) in a list.
+        self.tail: str | None = None
         self.task: asyncio.Task[None] | None = None  # while the follow runs (not while its stream is silent)
         self.stream: LineReader | None = None  # the open log stream
         self.session: Callable[[int | None], bool] | None = None  # the open stream's cursor filter
@@ -245,6 +247,17 @@ class _Pod:
                 await asyncio.wait_for(self.waiter, timeout)
         finally:
             self.waiter = None
+
+    def add_to_tail(self, text: str) -> None:
+        if self.tail_lines <= 0:
+            return
+        tail = text if self.tail is None else f"{self.tail}\n{text}"
+        if (breaks := tail.count("\n")) >= self.tail_lines:
+            tail = tail.split("\n", breaks - self.tail_lines + 1)[-1]
+        self.tail = tail
+
+    def tail_list(self) -> list[str]:
+        return [] if self.tail is None else self.tail.split("\n")
 
     @property
     def read_to_end(self) -> bool:
@@ -330,16 +343,16 @@ class ReplicaLogStreamer:
     def tail(self, pod_name: str) -> list[str]:
         """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
         pod = self._pods.get(pod_name)
-        return list(pod.tail) if pod is not None and pod.tail is not None else []
+        return pod.tail_list() if pod is not None else []
 
     def saved_tails(self) -> dict[str, dict[str, Any]]:
         """The last lines of the followed pods, bounded for saving (:data:`SAVED_TAIL_PODS` pods,
         ``tail_lines`` lines each cut at :data:`SAVED_LINE_CHARS` characters):
         ``{pod: {"replica", "lines"}}``."""
         return {
-            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail]}
+            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail_list()]}
             for name, pod in list(self._pods.items())[:SAVED_TAIL_PODS]
-            if pod.tail
+            if pod.tail is not None
         }
 
     @property
@@ -730,12 +743,7 @@ class ReplicaLogStreamer:
             await step.pause()
 
     def _emit(self, pod: _Pod, text: str, key: int | None = None) -> None:
-        tail = pod.tail
-        if tail is None:
-            tail = pod.tail = []  # a list of at most tail_lines: a deque is 0.6 KiB even empty
-        tail.append(text)
-        if len(tail) > pod.tail_lines:
-            del tail[0]
+        pod.add_to_tail(text)
         self.emitted += 1
         mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""
         if self.pod_times and key is not None:
