@@ -12,7 +12,6 @@ The previous instance of a restarted container is read before the new one.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
 import logging
@@ -27,6 +26,7 @@ from typing import Any, Literal
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
+from airflow_provider_training.hooks.transport import LineReader
 from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
 from airflow_provider_training.kinds.selectors import parse_selector, selects
 from airflow_provider_training.watch import DELETED, WatchEvent, WatchHub
@@ -49,9 +49,7 @@ SAVED_LINE_CHARS = 500
 
 # The pods followed live on each event loop (one open log stream each, a socket and an API server
 # connection), by every streamer of that loop: what ``max_streams`` counts.
-_followed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[None]]] = (
-    weakref.WeakKeyDictionary()
-)
+_followed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[_Pod]] = weakref.WeakKeyDictionary()
 
 
 def default_stream_limit() -> int:
@@ -145,55 +143,42 @@ class _Session:
         return True
 
 
-class _Signal:
-    """An ``asyncio.Event`` for its one waiter, the pod's follow task: a flag and, while it waits, one future
-    (an Event holds a deque of waiters, some 0.7 KiB, and a triggerer follows thousands of pods)."""
-
-    __slots__ = ("_set", "_waiter")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._waiter: asyncio.Future[None] | None = None
-
-    def set(self) -> None:
-        self._set = True
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def clear(self) -> None:
-        self._set = False
-
-    async def wait(self) -> None:
-        if self._set:
-            return
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-
 class _Pod:
-    """What the streamer knows about one followed pod (slots: a triggerer follows thousands)."""
+    """What the streamer knows about one followed pod (slots: a triggerer follows thousands).
+
+    Of the pod object only what the follow reads is kept (a pod as the hub hands it is some 3 KiB of dicts):
+    its uid, phase, and its container's state and restarts. While its log stream is open and silent the pod
+    has no task: the stream holds the one callback that starts one (``_Follow``) when lines come.
+    """
 
     __slots__ = (
         "changed",
         "container",
         "cursor",
         "deleted",
+        "done",
+        "has_run",
         "name",
-        "pod",
+        "owner",
+        "phase",
         "prefix",
+        "restarts",
         "restarts_read",
+        "running",
+        "said",
+        "session",
+        "stream",
         "tail",
         "tail_lines",
         "task",
         "uid",
         "unread",
+        "waiter",
     )
 
     def __init__(
         self,
+        owner: ReplicaLogStreamer,
         name: str,
         prefix: str,
         container: str,
@@ -201,52 +186,88 @@ class _Pod:
         tail: int,
         cursor: Sequence[int] | None = None,
     ) -> None:
+        self.owner = owner
         self.name = name
         self.prefix = prefix
         self.container = container
-        self.pod = pod
         self.uid = _uid(pod)
+        self.see(pod)
         self.deleted = False
-        self.changed = _Signal()
+        self.changed = False  # updated since the follow last looked (see wait_change)
+        self.waiter: asyncio.Future[None] | None = None  # while the follow waits for a change
         self.cursor = LogCursor(cursor)
         self.restarts_read: int | None = None  # restartCount when we last caught up on instances
         # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
         self.unread: str | None = "its log was not read"
         self.tail_lines = tail
-        self.tail: collections.deque[str] | None = None  # made with the first line: most pods say little
-        self.task: asyncio.Task[None] | None = None
+        # Its last tail_lines lines joined by newlines (None: none yet): one string, not a string per line
+        # (about 50 bytes each besides the text) in a list.
+        self.tail: str | None = None
+        self.task: asyncio.Task[None] | None = None  # while the follow runs (not while its stream is silent)
+        self.stream: LineReader | None = None  # the open log stream
+        self.session: Callable[[int | None], bool] | None = None  # the open stream's cursor filter
+        self.said = False  # the open stream emitted a line
+        self.done = False  # the follow is over
+
+    def see(self, pod: Mapping[str, Any]) -> None:
+        """Keep what the follow reads of ``pod`` (the same pod, as read again)."""
+        status = pod.get("status") or {}
+        self.phase = str(status.get("phase") or "")
+        container: Mapping[str, Any] = {}
+        for found in status.get("containerStatuses") or []:
+            if found.get("name") == self.container:
+                container = found
+                break
+        state = container.get("state") or {}
+        self.running = bool(state.get("running"))
+        # Whether the container has started at some point (so it has a log to read).
+        self.has_run = bool(
+            state.get("running")
+            or state.get("terminated")
+            or (container.get("lastState") or {}).get("terminated")
+        )
+        self.restarts = int(container.get("restartCount") or 0)
 
     def update(self, pod: dict[str, Any] | None) -> None:
         if pod is None:
             self.deleted = True
         else:
-            self.pod = pod
-        self.changed.set()
+            self.see(pod)
+        self.changed = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
     async def wait_change(self, timeout: float | None = None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), timeout)
+        """Until the pod changes (or ``timeout`` s), unless it changed since ``changed`` was cleared."""
+        if self.changed:
+            return
+        self.waiter = asyncio.get_running_loop().create_future()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.waiter, timeout)
+        finally:
+            self.waiter = None
 
-    def container_status(self) -> Mapping[str, Any]:
-        for status in (self.pod.get("status") or {}).get("containerStatuses") or []:
-            if status.get("name") == self.container:
-                return status
-        return {}
+    def add_to_tail(self, text: str) -> None:
+        if self.tail_lines <= 0:
+            return
+        tail = text if self.tail is None else f"{self.tail}\n{text}"
+        if (breaks := tail.count("\n")) >= self.tail_lines:
+            tail = tail.split("\n", breaks - self.tail_lines + 1)[-1]
+        self.tail = tail
+
+    def tail_list(self) -> list[str]:
+        return [] if self.tail is None else self.tail.split("\n")
 
     @property
-    def has_run(self) -> bool:
-        """Whether the container has started at some point (so it has a log to read)."""
-        status = self.container_status()
-        state = status.get("state") or {}
-        return bool(
-            state.get("running")
-            or state.get("terminated")
-            or (status.get("lastState") or {}).get("terminated")
-        )
+    def read_to_end(self) -> bool:
+        """Whether every line of its container was read: its last read or stream reached the end of the log,
+        and the container, as last seen, neither runs nor restarted since (nothing more can come)."""
+        return self.unread is None and not self.running and self.restarts == (self.restarts_read or 0)
 
-    @property
-    def phase(self) -> str:
-        return str((self.pod.get("status") or {}).get("phase") or "")
+    def __call__(self) -> None:
+        """Its silent stream has something (the stream's one callback: the pod itself, no closure)."""
+        self.owner._start(self)
 
     @property
     def label(self) -> str:
@@ -311,8 +332,10 @@ class ReplicaLogStreamer:
         self._replaced: list[_Pod] = []  # earlier incarnations of a pod name, not read to their end
         self._gaps: list[str] = []
         self._runner: asyncio.Task[Any] | None = None
+        self._context: contextvars.Context | None = None  # run()'s: where each follow runs and emits
         self._stopping = False
-        self._finished = asyncio.Event()
+        self._finished = False
+        self._finish_waiter: asyncio.Future[None] | None = None  # made by stop() only (an Event is 0.7 KiB)
         self._chosen = False
         self._narrowed = False  # following only the deciding replica (chosen so, or past max_streams)
         self.note = note or emit
@@ -320,16 +343,16 @@ class ReplicaLogStreamer:
     def tail(self, pod_name: str) -> list[str]:
         """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
         pod = self._pods.get(pod_name)
-        return list(pod.tail) if pod is not None and pod.tail is not None else []
+        return pod.tail_list() if pod is not None else []
 
     def saved_tails(self) -> dict[str, dict[str, Any]]:
         """The last lines of the followed pods, bounded for saving (:data:`SAVED_TAIL_PODS` pods,
         ``tail_lines`` lines each cut at :data:`SAVED_LINE_CHARS` characters):
         ``{pod: {"replica", "lines"}}``."""
         return {
-            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail]}
+            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail_list()]}
             for name, pod in list(self._pods.items())[:SAVED_TAIL_PODS]
-            if pod.tail
+            if pod.tail is not None
         }
 
     @property
@@ -368,7 +391,11 @@ class ReplicaLogStreamer:
             # from its watch's task, started in whichever trigger's context subscribed first: the event is
             # handled in this run's context, so that what it writes, and the follow tasks it starts, are this
             # trigger's (a triggerer routes a record to a task's log by the writing task's context).
-            context = contextvars.copy_context()
+            context = self._context = contextvars.copy_context()
+            # The hook's transport made once here, not by the first follows together (they would wait on its
+            # lock, which then keeps a deque of waiters); a failure is the follows' to report, as before.
+            with contextlib.suppress(Exception):
+                await self.hook.transport()
             failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
             def deliver(item: WatchEvent | BaseException) -> None:
@@ -402,13 +429,17 @@ class ReplicaLogStreamer:
                 if self._stopping:
                     await self._flush()
             finally:
-                self._finished.set()
+                self._finished = True
+                if self._finish_waiter is not None and not self._finish_waiter.done():
+                    self._finish_waiter.set_result(None)
 
     async def stop(self) -> list[str]:
         """Stop following and read what each started pod wrote since its last emitted line.
 
         The chosen pods are listed once more, so pods never followed are read too: those whose watch events
         had not arrived yet, and all of them when :meth:`run` never got to start (a job that ended at once).
+        A pod whose log was read to its end, its container stopped (its stream ended with it), is not read
+        again.
         These reads retry like every other (until the wait's deadline, see ``hooks.retry.retry_until``).
         Returns a note for each pod whose log could not be read to its end, and why (e.g. it was deleted).
         """
@@ -418,7 +449,9 @@ class ReplicaLogStreamer:
         elif self._runner is not None and not self._runner.done():
             self._stopping = True
             self._runner.cancel()
-            await asyncio.shield(self._finished.wait())
+            if not self._finished:
+                self._finish_waiter = asyncio.get_running_loop().create_future()
+                await asyncio.shield(self._finish_waiter)
         return list(self._gaps)
 
     def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
@@ -426,12 +459,8 @@ class ReplicaLogStreamer:
         if known is not None and (type_ == DELETED or _uid(pod) == known.uid):
             known.update(None if type_ == DELETED else pod)
         elif type_ != DELETED and self._admit(pod) and (state := self._track(pod)) is not None:
-            state.task = asyncio.get_running_loop().create_task(
-                self._follow(state), name=f"logs {state.name}"
-            )
-            followed = _followed.setdefault(asyncio.get_running_loop(), set())
-            followed.add(state.task)
-            state.task.add_done_callback(followed.discard)
+            _followed.setdefault(asyncio.get_running_loop(), set()).add(state)
+            self._start(state)
 
     def _admit(self, pod: dict[str, Any]) -> bool:
         """Whether to follow a new pod; past the loop's stream limit, narrow to the deciding replica first."""
@@ -473,7 +502,7 @@ class ReplicaLogStreamer:
             return None
         container = container_name(pod, self.kind.default_container)
         resumed = self.resume.get(_uid(pod) or name)
-        state = _Pod(name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines, resumed)
+        state = _Pod(self, name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines, resumed)
         known = self._pods.get(name)
         if known is not None:  # deleted and created again under the same name (operators recreate pods)
             known.update(None)
@@ -483,10 +512,16 @@ class ReplicaLogStreamer:
         return state
 
     async def _cancel_followers(self) -> None:
-        tasks = [pod.task for pod in self._pods.values() if pod.task is not None and not pod.task.done()]
+        pods = list(self._pods.values())
+        for pod in pods:  # no stream wakes its follow from now on
+            if pod.stream is not None:
+                pod.stream.close()
+        tasks = [pod.task for pod in pods if pod.task is not None and not pod.task.done()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for pod in pods:
+            self._end(pod)
 
     async def _choose(self) -> None:
         """Once: turn ``deciding`` into the job's deciding replica type; say which replicas are followed."""
@@ -523,10 +558,12 @@ class ReplicaLogStreamer:
         for pod in listed:
             known = self._pods.get(pod["metadata"]["name"])
             if known is not None and known.uid == _uid(pod):
-                known.pod = pod
+                known.see(pod)
             else:
                 self._track(pod)
-        started = [pod for pod in self._pods.values() if pod.has_run and not pod.deleted]
+        started = [
+            pod for pod in self._pods.values() if pod.has_run and not pod.deleted and not pod.read_to_end
+        ]
         await asyncio.gather(*(self._read(pod) for pod in started), return_exceptions=True)
         for state in [*self._replaced, *self._pods.values()]:
             if state.has_run and state.unread is not None:
@@ -535,40 +572,63 @@ class ReplicaLogStreamer:
 
     # -- one pod ---------------------------------------------------------------------------------------------
 
+    def _start(self, pod: _Pod) -> None:
+        """Run the pod's follow in a task (again, when its silent stream has something), in :meth:`run`'s
+        context: what it emits is the trigger's (a triggerer routes a record by the writing task's
+        context)."""
+        if pod.done or pod.task is not None:
+            return
+        context = self._context.copy() if self._context is not None else None
+        pod.task = asyncio.get_running_loop().create_task(
+            self._follow(pod), name=f"logs {pod.name}", context=context
+        )
+
+    def _end(self, pod: _Pod) -> None:
+        """The pod's follow is over (ended, failed or cancelled): its stream closed, no longer counted."""
+        pod.done = True
+        if pod.stream is not None:
+            pod.stream.close()
+            pod.stream = None
+        followed = _followed.get(asyncio.get_running_loop())
+        if followed is not None:
+            followed.discard(pod)
+
     async def _follow(self, pod: _Pod) -> None:
         """The pod's follow task: its log streamed while its container runs, read when it stopped, until the
-        pod ends or goes. One coroutine under the task besides the stream's read (thousands are held)."""
+        pod ends or goes. While its stream is open and silent there is no task: the task ends, and the stream
+        starts the next one when it has lines, its end or an error (``LineStream.call_when_ready``)."""
+        silent = False
         try:
-            while not pod.deleted:
-                pod.changed.clear()
-                status = pod.container_status()
-                state = status.get("state") or {}
+            while True:
+                if pod.stream is not None:
+                    if await self._stream(pod):
+                        silent = True
+                        return
+                    await self._after_stream(pod)
+                    continue
+                if pod.deleted:
+                    return
+                pod.changed = False
                 if not pod.has_run:
                     if pod.phase in _TERMINAL_PHASES:
                         return  # it ended without ever starting this container
                     await pod.wait_change()
                     continue
-                await self._catch_up_restarts(pod, int(status.get("restartCount") or 0))
-                if not state.get("running"):
+                await self._catch_up_restarts(pod, pod.restarts)
+                if not pod.running:
                     await self._read(pod)
                     if pod.phase in _TERMINAL_PHASES:
                         return
                     await pod.wait_change()
                     continue
-                emitted = await self._stream(pod)
-                try:
-                    fresh = await self.hook.get_pod(self.namespace, pod.name)
-                except Exception as err:
-                    if not is_transient(err):
-                        raise
-                    await pod.wait_change(self.retry_interval)
-                    continue
-                pod.update(fresh if fresh is not None and _uid(fresh) == pod.uid else None)
-                running = fresh is not None and (fresh.get("status") or {}).get("phase") == "Running"
-                if not emitted and running:
-                    await pod.wait_change(self.retry_interval)  # nothing new: do not spin on a quiet one
+                if not await self._open(pod):
+                    await self._after_stream(pod)
         except Exception as err:  # one pod's trouble must not end the others' streams
             self.note(f"Stopped streaming the logs of pod {pod.name}: {err}")  # the task log's, not ours
+        finally:
+            pod.task = None  # a finished task keeps its coroutine and context
+            if not silent:
+                self._end(pod)
 
     async def _catch_up_restarts(self, pod: _Pod, restarts: int) -> None:
         """Read the previous instance first when the container restarted since we last looked."""
@@ -576,35 +636,83 @@ class ReplicaLogStreamer:
             await self._read(pod, previous=True)
         pod.restarts_read = restarts
 
-    async def _stream(self, pod: _Pod) -> int:
-        """Follow the pod's log until it ends (the container did) or breaks; the lines emitted. While the pod
-        says nothing, its task waits in here on one future of its stream (``hooks.transport.LineStream``)."""
-        fresh = pod.cursor.session()
-        emitted = 0
+    async def _open(self, pod: _Pod) -> bool:
+        """Open the pod's log stream from its cursor; ``False`` if it could not be, for now."""
+        pod.session = pod.cursor.session()
+        pod.said = False
         pod.unread = "its log stream was interrupted"
         try:
-            stream = await self.hook.open_log(
+            pod.stream = await self.hook.open_log(
                 self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
             )
-            step = _Steps()  # one for the whole stream: a backlog's next lines come without a suspension
-            try:
-                while (lines := await stream.lines()) is not None:
-                    for line in lines:
-                        key, text = split_stamp(line.decode("utf-8", errors="replace"))
-                        if fresh(key):
-                            self._emit(pod, text, key)
-                            emitted += 1
-                        await step.pause()
-            finally:
-                stream.close()
         except Exception as err:
-            pod.unread = _unreadable(err)
-            if not _retry_later(err):
+            self._interrupted(pod, err)
+            return False
+        return True
+
+    async def _stream(self, pod: _Pod) -> bool:
+        """Emit the lines the pod's open stream has; ``True`` once it has no more for now (the stream calls
+        :meth:`_start` when it has), ``False`` when it ended (the container did) or broke."""
+        stream, fresh = pod.stream, pod.session
+        assert stream is not None and fresh is not None
+        step = _Steps()  # a backlog's next lines come without a suspension
+        try:
+            while True:
+                lines = stream.ready()
+                if lines is not None and not lines:
+                    if stream.call_when_ready(pod):
+                        return True
+                    lines = await stream.lines()  # a stream that cannot call back (through a proxy)
+                if lines is None:
+                    break
+                for line in lines:
+                    key, text = split_stamp(line.decode("utf-8", errors="replace"))
+                    if fresh(key):
+                        self._emit(pod, text, key)
+                        pod.said = True
+                    await step.pause()
+        except Exception as err:
+            self._close_stream(pod)
+            self._interrupted(pod, err)
+            return False
+        except BaseException:
+            self._close_stream(pod)
+            raise
+        self._close_stream(pod)
+        pod.unread = None  # the stream ended with the container: everything it wrote was read
+        return False
+
+    def _close_stream(self, pod: _Pod) -> None:
+        if pod.stream is not None:
+            pod.stream.close()
+            pod.stream = None
+        pod.session = None
+
+    def _interrupted(self, pod: _Pod, err: Exception) -> None:
+        """A stream that could not be opened or broke: resumed later, unless the error says never."""
+        pod.unread = _unreadable(err)
+        if not _retry_later(err):
+            raise err
+        log.debug("Log stream of pod %s interrupted (%s); resuming", pod.name, err)
+
+    async def _after_stream(self, pod: _Pod) -> None:
+        """After a stream: the pod read again (gone, or another incarnation: deleted); a running pod whose
+        stream said nothing is not followed again before ``retry_interval`` (or a change)."""
+        try:
+            fresh = await self.hook.get_pod(self.namespace, pod.name)
+        except Exception as err:
+            if not is_transient(err):
                 raise
-            log.debug("Log stream of pod %s interrupted (%s); resuming", pod.name, err)
+            await pod.wait_change(self.retry_interval)
+            return
+        if fresh is not None and _uid(fresh) == pod.uid:
+            pod.see(fresh)  # its own read: not a change to wake for
         else:
-            pod.unread = None  # the stream ended with the container: everything it wrote was read
-        return emitted
+            pod.update(None)
+        running = fresh is not None and (fresh.get("status") or {}).get("phase") == "Running"
+        if not pod.said and running:
+            pod.changed = False
+            await pod.wait_change(self.retry_interval)  # nothing new: do not spin on a quiet one
 
     async def _read(self, pod: _Pod, *, previous: bool = False) -> None:
         fresh = pod.cursor.session()
@@ -635,9 +743,7 @@ class ReplicaLogStreamer:
             await step.pause()
 
     def _emit(self, pod: _Pod, text: str, key: int | None = None) -> None:
-        if pod.tail is None:
-            pod.tail = collections.deque(maxlen=pod.tail_lines)
-        pod.tail.append(text)
+        pod.add_to_tail(text)
         self.emitted += 1
         mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""
         if self.pod_times and key is not None:

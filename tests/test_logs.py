@@ -180,6 +180,25 @@ async def test_a_pod_is_followed_once_its_container_starts(env):
     assert all(r.status != 400 for r in log_requests(cluster, master))  # waited for the start, no guessing
 
 
+async def test_a_followed_pod_that_says_nothing_holds_its_stream_and_no_task(env):
+    """While a followed pod is silent its open stream holds the one callback that wakes its follow: no task,
+    no coroutine, and of the pod object only what the follow reads (not its dicts)."""
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    cluster.logs.write("default", master, C, "one\n")
+    run = Streaming(hook)
+    assert await run.wait_for(1) == ["[master-0] one"]
+    pod = run.streamer._pods[master]
+    await until(lambda: pod.task is None)
+    assert pod.stream is not None and not pod.done
+    assert not [name for name in type(pod).__slots__ if isinstance(getattr(pod, name, None), dict)]
+    cluster.logs.write("default", master, C, "two\n")  # the stream wakes it
+    assert await run.wait_for(2) == ["[master-0] one", "[master-0] two"]
+    assert len([r for r in log_requests(cluster, master) if r.query.get("follow") == "true"]) == 1
+    assert await run.stop() == ["[master-0] one", "[master-0] two"]
+    assert pod.done and pod.stream is None
+
+
 async def test_a_pod_that_finished_before_streaming_is_read_once_in_full(env):
     cluster, hook = env
     master = add_pod(cluster, "Master", 0)
@@ -188,10 +207,11 @@ async def test_a_pod_that_finished_before_streaming_is_read_once_in_full(env):
     set_state(cluster, master, "Failed", "terminated", exit_code=3)
     run = Streaming(hook)
     await run.wait_for(3)
-    await until(lambda: run.streamer._pods[master].task.done())
+    await until(lambda: run.streamer._pods[master].done)
     assert await run.stop() == ["[master-0] a", "[master-0] b", "[master-0] c"]
     reads = log_requests(cluster, master)
-    assert len(reads) == 2 and "follow" not in reads[0].query  # one read, and stop()'s final catch-up
+    # one read; stop() reads no more of a log read to its end whose container stopped
+    assert len(reads) == 1 and "follow" not in reads[0].query
 
 
 async def test_resumes_after_a_dropped_connection_without_loss_or_duplicates(env):
@@ -348,7 +368,7 @@ async def test_cancelling_run_stops_everything(env):
     run.task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run.task
-    assert all(pod.task.done() for pod in run.streamer._pods.values())
+    assert all(pod.done and pod.stream is None for pod in run.streamer._pods.values())
 
 
 def finished_pod(cluster: LocalKube, name: str, *lines: str) -> None:
@@ -363,7 +383,7 @@ def finished_pod(cluster: LocalKube, name: str, *lines: str) -> None:
 
 async def stream_to_the_end(run: Streaming, expected: int) -> list[str]:
     await run.wait_for(expected)
-    await until(lambda: all(pod.task is not None and pod.task.done() for pod in run.streamer._pods.values()))
+    await until(lambda: all(pod.done for pod in run.streamer._pods.values()))
     return await run.stop()
 
 

@@ -409,6 +409,20 @@ class LineReader:
         self._taken()
         return taken
 
+    def ready(self) -> list[bytes] | None:
+        """Without waiting: the complete lines received (the last line without a newline once the body
+        ended), ``[]`` if none yet, ``None`` at the end; raises what interrupted it (after the lines before
+        it). A reader that cannot tell the end without waiting says ``[]``: :meth:`lines` tells."""
+        if taken := take_lines(self._body):
+            self._taken()
+            return taken
+        return []
+
+    def call_when_ready(self, listener: Callable[[], None]) -> bool:
+        """Call ``listener()`` once, from the loop's callbacks, when :meth:`ready` may have something new
+        (data, the end, an error); ``False`` if this reader cannot (then await :meth:`lines`)."""
+        return False
+
     def _more(self) -> Awaitable[bool]:
         """Wait for more of the body; ``False`` once it has ended. Raises what interrupted it."""
         raise NotImplementedError
@@ -464,11 +478,12 @@ class LineStream(LineReader, asyncio.Protocol):
     """One GET on its own connection, its HTTP/1.1 answer parsed as it arrives: the status and headers, then
     a chunked, sized or until-close body whose lines :meth:`lines` hands on.
 
-    While the server sends nothing it holds its transport and socket, two empty buffers, an idle timer and,
-    while its reader waits, one future. The server's silence for ``read_timeout`` seconds, a connection lost
-    mid-body and a bad answer raise the errors aiohttp raises for them (``ServerTimeoutError``,
-    ``ClientPayloadError``, ``ServerDisconnectedError``), so retries and notes treat both paths alike. Reading
-    pauses while more than :data:`LINES_BUFFER` bytes wait to be handed on.
+    While the server sends nothing it holds its transport and socket, two empty buffers, an idle timer and
+    either the future its reader awaits (:meth:`lines`) or the one callback it was given
+    (:meth:`call_when_ready`): a follower then needs no task of its own. The server's silence for
+    ``read_timeout`` seconds, a connection lost mid-body and a bad answer raise the errors aiohttp raises for
+    them (``ServerTimeoutError``, ``ClientPayloadError``, ``ServerDisconnectedError``), so retries and notes
+    treat both paths alike. Reading pauses while more than :data:`LINES_BUFFER` bytes wait to be handed on.
     """
 
     __slots__ = (
@@ -476,6 +491,7 @@ class LineStream(LineReader, asyncio.Protocol):
         "_error",
         "_last",
         "_left",
+        "_listener",
         "_paused",
         "_raw",
         "_state",
@@ -498,6 +514,7 @@ class LineStream(LineReader, asyncio.Protocol):
         self._left = 0  # bytes left of the current chunk, or of a sized body
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[bool] | None = None
+        self._listener: Callable[[], None] | None = None
         self._timeout = read_timeout
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0
@@ -654,6 +671,26 @@ class LineStream(LineReader, asyncio.Protocol):
             self._wake(False)
         return waiter
 
+    def ready(self) -> list[bytes] | None:
+        if taken := take_lines(self._body):
+            self._taken()
+            return taken
+        if self._error is not None:
+            raise self._error
+        if self._state != _ENDED:
+            return []
+        if not self._body:
+            return None
+        last = [bytes(self._body)]
+        self._body.clear()
+        return last
+
+    def call_when_ready(self, listener: Callable[[], None]) -> bool:
+        self._listener = listener
+        if self._error is not None or self._state == _ENDED or b"\n" in self._body:
+            self._wake()  # already: called from the loop (call_soon), never from here
+        return True
+
     def _taken(self) -> None:
         if self._paused and len(self._body) <= LINES_BUFFER // 2 and self._transport is not None:
             self._paused = False
@@ -663,11 +700,14 @@ class LineStream(LineReader, asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(more)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            asyncio.get_running_loop().call_soon(listener)
 
     def _fail(self, error: BaseException) -> None:
         if self._error is None:
             self._error = error
-        self.close()
+        self._shut()
         self._wake()
 
     def _check_idle(self) -> None:
@@ -717,7 +757,11 @@ class LineStream(LineReader, asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
-        """Close the connection (the body is not read further)."""
+        """Close the connection (the body is not read further; a listener is not called)."""
+        self._listener = None
+        self._shut()
+
+    def _shut(self) -> None:
         self._stop_timer()
         if self._transport is not None:
             self._transport.close()

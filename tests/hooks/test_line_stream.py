@@ -93,6 +93,70 @@ async def test_lines_split_across_chunks_and_a_chunk_split_across_reads():
         stream.close()
 
 
+class Called:
+    """A listener for ``call_when_ready``: how often it was called, and a future for its next call."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.next: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def __call__(self) -> None:
+        self.count += 1
+        if not self.next.done():
+            self.next.set_result(None)
+
+    async def wait(self) -> None:
+        await self.next
+        self.next = asyncio.get_running_loop().create_future()
+
+
+async def call_back_lines(stream: LineReader, script: ScriptedServer) -> None:
+    """Lines, the end and a failure each wake a listener once; ``ready()`` hands on what came without
+    waiting; a closed stream calls no listener."""
+    called = Called()
+    assert stream.ready() == []
+    assert stream.call_when_ready(called)
+    script.push(chunk(b"one\ntw"))
+    await called.wait()
+    assert stream.ready() == [b"one"]
+    assert stream.ready() == []  # "tw" waits for its newline
+    assert stream.call_when_ready(called)
+    script.push(chunk(b"o\n") + chunk(b"last") + b"0\r\n\r\n")
+    await called.wait()
+    assert stream.ready() == [b"two"]
+    assert stream.call_when_ready(called)  # the end came already: called from the loop, not from here
+    assert called.count == 2
+    await called.wait()
+    assert stream.ready() == [b"last"]
+    assert stream.ready() is None
+    stream.close()
+
+
+async def test_a_stream_calls_back_when_it_has_lines_its_end_or_an_error():
+    async with scripted() as (script, transport):
+        await call_back_lines(await opened(script, transport), script)
+    async with scripted() as (script, transport):
+        stream = await opened(script, transport)
+        called = Called()
+        assert stream.call_when_ready(called)
+        script.push(chunk(b"kept\n"), None)  # then closed before the body's end
+        await called.wait()
+        assert stream.ready() == [b"kept"]
+        if stream.ready() == []:  # the close came in a read of its own
+            assert stream.call_when_ready(called)
+            await called.wait()
+        with pytest.raises(aiohttp.ClientPayloadError, match="Response payload is not completed"):
+            stream.ready()
+    async with scripted() as (script, transport):
+        stream = await opened(script, transport)
+        called = Called()
+        assert stream.call_when_ready(called)
+        stream.close()
+        script.push(chunk(b"never read\n"))
+        await asyncio.sleep(0)  # (a closed stream's callbacks, if any, would be due by now)
+        assert called.count == 0
+
+
 def test_a_follow_runs_on_uvloop_as_the_api_server_runs_it():
     """The Training tab follows logs in the api-server, whose loop is uvloop's: its TCP transport is not an
     asyncio.Transport subclass (an isinstance check there once ended every tab follow at once)."""
@@ -105,6 +169,8 @@ def test_a_follow_runs_on_uvloop_as_the_api_server_runs_it():
             assert await stream.lines() == [b"one"]
             assert await stream.lines() is None
             stream.close()
+        async with scripted() as (script, transport):  # and as the triggerer's streamer reads one
+            await call_back_lines(await opened(script, transport), script)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(follow())
