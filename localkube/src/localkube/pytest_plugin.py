@@ -6,7 +6,9 @@ load by hand:
 - ``localkube``: a running cluster (its own loop in a thread, default controllers, scripted runtime) with a
   kubeconfig written to a temporary directory (``localkube.kubeconfig``);
 - ``localkube_conn``: the id of an Airflow ``kubernetes`` connection (``kubernetes_default``) pointing at it;
-- ``localkube_async``: the same cluster started in the running loop of an async test.
+- ``localkube_async``: the same cluster started in the running loop of an async test;
+- ``h2_localkube``: an HTTP/2 over TLS front (``localkube.h2front.H2Front``, at ``.url``) to
+  ``localkube_async``, in the same loop: what a real kube-apiserver's clients talk.
 
 Override ``localkube_runtime`` ("scripted" or "process"), ``localkube_crd_dir`` (a directory of CRD
 YAMLs, or a list of them, to serve and validate custom objects against their schemas) or
@@ -21,10 +23,14 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from localkube.cluster import LocalKube
+
+if TYPE_CHECKING:
+    from localkube.h2front import H2Front
 
 CONN_ID = "kubernetes_default"
 
@@ -97,3 +103,16 @@ else:
         async with cluster:
             cluster.write_kubeconfig(tmp_path / "localkube.kubeconfig")
             yield cluster
+
+    @pytest_asyncio.fixture
+    async def h2_localkube(localkube_async: LocalKube) -> AsyncIterator[H2Front]:
+        """An HTTP/2 front (TLS, self-signed: clients skip verification) to ``localkube_async``, closed after
+        the test."""
+        from localkube.h2front import H2Front  # h2 loads only for the tests that ask for it
+
+        front = H2Front(localkube_async.url)
+        await front.start()
+        try:
+            yield front
+        finally:
+            await front.close()

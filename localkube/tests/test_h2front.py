@@ -1,0 +1,413 @@
+"""The HTTP/2 front (localkube.h2front) driven by a real HTTP/2 client: the `h2` library's client side over
+asyncio's TLS, in this file (not the provider's client), against a real localkube behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import aiohttp
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+import pytest
+from h2.frame_buffer import FrameBuffer
+from hyperframe.frame import GoAwayFrame
+from localkube.cluster import LocalKube
+from localkube.gates import close_gate, gate, open_gate
+from localkube.h2front import H2Front
+from localkube.resources import PODS
+from localkube.runtime.script import ANNOTATION
+
+NS = "default"
+WAIT = 30.0  # a bound on a wait for what must happen, never a measured time
+
+
+@dataclass
+class Reply:
+    """What came back on one stream."""
+
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytearray = field(default_factory=bytearray)
+    ended: bool = False
+    reset: int | None = None  # the RST_STREAM error code
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Client:
+    """A minimal HTTP/2 client: one TLS connection, streams by id, every frame's effect recorded.
+    With ``ack=False`` received DATA is not acknowledged (no WINDOW_UPDATE) until :meth:`ack`."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, ack: bool) -> None:
+        self.reader, self.writer, self.auto_ack = reader, writer, ack
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.replies: dict[int, Reply] = {}
+        self.frames = FrameBuffer(server=False)
+        self.frames.max_frame_size = self.conn.max_inbound_frame_size
+        self.goaway: GoAwayFrame | None = None
+        self.closed = False
+        self.error: h2.exceptions.ProtocolError | None = None
+        self.changed = asyncio.Event()
+        self.settings_acked = asyncio.Event()
+        self.pings: list[h2.events.PingAckReceived] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def connect(
+        cls, url: str, *, window: int | None = None, ack: bool = True, alpn: tuple[str, ...] = ("h2",)
+    ) -> Client:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the front's certificate is self-signed
+        context.set_alpn_protocols(list(alpn))
+        parts = urlsplit(url)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=context)
+        assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
+        client = cls(reader, writer, ack=ack)
+        if window is not None:
+            client.conn.local_settings = h2.settings.Settings(
+                client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
+            )
+        client.conn.initiate_connection()
+        client.flush()
+        client._task = asyncio.get_running_loop().create_task(client._read())
+        await asyncio.wait_for(client.settings_acked.wait(), WAIT)  # our SETTINGS apply from here
+        return client
+
+    def flush(self) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(self.conn.data_to_send())
+
+    async def _read(self) -> None:
+        try:
+            while data := await self.reader.read(65536):
+                self.frames.add_data(data)
+                for frame in self.frames:
+                    if isinstance(frame, GoAwayFrame):
+                        # h2 takes GOAWAY for the connection's end and refuses later frames; the streams up
+                        # to last_stream_id go on (RFC 9113 6.8), so it is kept from h2 and recorded here.
+                        self.goaway = frame
+                        continue
+                    for event in self.conn.receive_data(frame.serialize()):
+                        self._apply(event)
+                self.flush()
+                self.changed.set()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        except h2.exceptions.ProtocolError as exc:  # the front broke HTTP/2 (a flow-control window, ...)
+            self.error = exc
+        finally:
+            self.closed = True
+            self.changed.set()
+            for reply in self.replies.values():
+                reply.changed.set()
+
+    def _apply(self, event: h2.events.Event) -> None:
+        reply = self.replies.get(getattr(event, "stream_id", None) or 0)
+        if isinstance(event, h2.events.SettingsAcknowledged):
+            self.settings_acked.set()
+        elif isinstance(event, h2.events.PingAckReceived):
+            self.pings.append(event)
+        elif reply is None:
+            return
+        elif isinstance(event, h2.events.ResponseReceived):
+            headers = {k.decode(): v.decode() for k, v in event.headers or []}
+            reply.status, reply.headers = int(headers.pop(":status")), headers
+        elif isinstance(event, h2.events.DataReceived):
+            reply.body += event.data or b""
+            if self.auto_ack:
+                self.conn.acknowledge_received_data(event.flow_controlled_length or 0, event.stream_id or 0)
+        elif isinstance(event, h2.events.StreamEnded):
+            reply.ended = True
+        elif isinstance(event, h2.events.StreamReset):
+            reply.reset = event.error_code
+        if reply is not None:
+            reply.changed.set()
+
+    def get(self, path: str, token: str) -> int:
+        """Open a stream: GET `path` with the bearer token; returns its id."""
+        stream_id = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(
+            stream_id,
+            [
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":authority", "localkube"),
+                (":path", path),
+                ("authorization", f"Bearer {token}"),
+                ("accept", "application/json"),
+                ("user-agent", "test-h2front"),
+            ],
+            end_stream=True,
+        )
+        self.replies[stream_id] = Reply()
+        self.flush()
+        return stream_id
+
+    def ack(self, stream_id: int, size: int) -> None:
+        self.conn.acknowledge_received_data(size, stream_id)
+        self.flush()
+
+    async def ping(self) -> None:
+        """A PING and its ACK: everything the front wrote before the ACK has been read."""
+        seen = len(self.pings)
+        self.conn.ping(b"12345678")
+        self.flush()
+        await self.until(lambda: len(self.pings) > seen)
+
+    async def until(self, condition: Callable[[], object], stream_id: int | None = None) -> None:
+        """Wait for frames until `condition` holds (what the front sends is what changes it)."""
+
+        async def wait() -> None:
+            while not condition():
+                event = self.replies[stream_id].changed if stream_id else self.changed
+                event.clear()
+                if condition():
+                    return
+                if self.closed and not condition():
+                    raise AssertionError(f"the connection closed before the condition held: {self.error!r}")
+                await event.wait()
+
+        await asyncio.wait_for(wait(), WAIT)
+
+    async def response(self, stream_id: int) -> Reply:
+        """The stream's whole answer."""
+        reply = self.replies[stream_id]
+        await self.until(lambda: reply.ended or reply.reset is not None, stream_id)
+        return reply
+
+    async def close(self) -> None:
+        self.writer.close()
+        if self._task is not None:
+            await self._task
+
+
+@pytest.fixture
+async def client(h2_localkube: H2Front) -> AsyncIterator[Client]:
+    opened = await Client.connect(h2_localkube.url)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def gate_name() -> str:
+    name = f"h2front-{uuid.uuid4().hex[:8]}"
+    yield name
+    open_gate(name)  # a container still waiting ends
+    close_gate(name)
+
+
+async def until(condition: Callable[[], object]) -> None:
+    """Wait (yielding to the loop, where the front and localkube run) until `condition` holds: for state
+    changes that no frame announces, such as the upstream side closing."""
+
+    async def wait() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(wait(), WAIT)
+
+
+async def following(client: Client, kube: LocalKube, gate_name: str) -> int:
+    """A running pod "p" that has said "before" and says "after" (then exits) when the gate opens, and a
+    stream following its log that has read "before"; the stream's id."""
+    script = {"default": {"duration": 0, "logs": ["before"], "gate": gate_name, "after_gate": ["after"]}}
+    kube.store.create(
+        PODS,
+        NS,
+        {
+            "metadata": {"name": "p", "annotations": {ANNOTATION: json.dumps(script)}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]},
+        },
+    )
+    await asyncio.wait_for(asyncio.to_thread(gate(gate_name).wait_reached), WAIT)
+    stream = client.get(f"/api/v1/namespaces/{NS}/pods/p/log?follow=true", kube.token)
+    await client.until(lambda: client.replies[stream].body == b"before\n", stream)
+    return stream
+
+
+def upstream_connections(kube: LocalKube) -> int:
+    """The HTTP connections localkube's server has open (the front's upstream requests)."""
+    assert kube._runner is not None and kube._runner.server is not None
+    return len(kube._runner.server.connections)
+
+
+async def test_get_returns_localkubes_json(
+    client: Client, localkube_async: LocalKube, h2_localkube: H2Front
+) -> None:
+    reply = await client.response(client.get("/api/v1/namespaces", localkube_async.token))
+    assert reply.status == 200
+    assert reply.headers["content-type"].startswith("application/json")
+    assert "transfer-encoding" not in reply.headers and "connection" not in reply.headers
+    names = {item["metadata"]["name"] for item in json.loads(reply.body)["items"]}
+    assert {"default", "kube-system"} <= names
+    assert (h2_localkube.connections, h2_localkube.connections_made, h2_localkube.streams_opened) == (1, 1, 1)
+    await until(lambda: h2_localkube.open_streams == 0)
+
+
+async def test_the_authorization_header_goes_upstream(client: Client, localkube_async: LocalKube) -> None:
+    assert (await client.response(client.get("/api/v1/namespaces", "wrong"))).status == 401
+    assert (await client.response(client.get("/api/v1/namespaces", localkube_async.token))).status == 200
+
+
+async def test_a_followed_log_streams_as_the_pod_writes(
+    client: Client, localkube_async: LocalKube, gate_name: str
+) -> None:
+    stream = await following(client, localkube_async, gate_name)
+    reply = client.replies[stream]
+    assert reply.status == 200 and not reply.ended
+    open_gate(gate_name)
+    await client.response(stream)
+    assert reply.body == b"before\nafter\n" and reply.reset is None
+
+
+async def test_two_streams_share_one_connection(
+    client: Client, localkube_async: LocalKube, h2_localkube: H2Front, gate_name: str
+) -> None:
+    follow = await following(client, localkube_async, gate_name)
+    listed = await client.response(client.get("/api/v1/namespaces", localkube_async.token))
+    assert listed.status == 200 and json.loads(listed.body)["kind"] == "NamespaceList"
+    assert not client.replies[follow].ended  # answered while the follow stays open on the same connection
+    assert (h2_localkube.connections_made, h2_localkube.streams_opened, h2_localkube.open_streams) == (
+        1,
+        2,
+        1,
+    )
+    open_gate(gate_name)
+    assert (await client.response(follow)).body == b"before\nafter\n"
+
+
+async def test_max_concurrent_streams_is_announced(localkube_async: LocalKube, h2_localkube: H2Front) -> None:
+    client = await Client.connect(h2_localkube.url)
+    assert client.conn.remote_settings.max_concurrent_streams == 100  # the default
+    await client.close()
+    front = H2Front(localkube_async.url, max_concurrent_streams=3)
+    await front.start()
+    try:
+        client = await Client.connect(front.url)
+        assert client.conn.remote_settings.max_concurrent_streams == 3
+        await client.close()
+    finally:
+        await front.close()
+
+
+async def test_data_stays_within_the_clients_window(
+    localkube_async: LocalKube, h2_localkube: H2Front
+) -> None:
+    """A stream window of 100 bytes: the front sends 100 bytes, then nothing until the client's
+    WINDOW_UPDATE (h2's client would also raise a FlowControlError at the first byte beyond it)."""
+    client = await Client.connect(h2_localkube.url, window=100, ack=False)
+    stream = client.get("/api/v1/namespaces", localkube_async.token)
+    reply = client.replies[stream]
+    await client.until(lambda: len(reply.body) == 100, stream)
+    await client.ping()  # the front has written all it would: what it had sent is here
+    assert len(reply.body) == 100 and not reply.ended
+    while not reply.ended:
+        before = len(reply.body)
+        client.ack(stream, before)  # the whole window again
+        await client.until(lambda b=before: len(reply.body) > b or reply.ended, stream)
+        assert len(reply.body) - before <= 100 or reply.ended
+    assert json.loads(reply.body)["kind"] == "NamespaceList"
+    await client.close()
+
+
+async def test_goaway_lets_open_streams_finish_then_closes(
+    client: Client, localkube_async: LocalKube, h2_localkube: H2Front, gate_name: str
+) -> None:
+    follow = await following(client, localkube_async, gate_name)
+    await h2_localkube.goaway()
+    await client.until(lambda: client.goaway is not None)
+    assert client.goaway is not None
+    assert (client.goaway.error_code, client.goaway.last_stream_id) == (0, follow)
+    assert not client.closed and h2_localkube.connections == 1  # the open stream goes on
+    open_gate(gate_name)
+    assert (await client.response(follow)).body == b"before\nafter\n"
+    await client.until(lambda: client.closed)
+    await until(lambda: h2_localkube.connections == 0)
+    # the front still accepts connections (a kube-apiserver's --goaway-chance)
+    again = await Client.connect(h2_localkube.url)
+    assert (await again.response(again.get("/api/v1/namespaces", localkube_async.token))).status == 200
+    await again.close()
+
+
+async def test_reset_cancels_matching_streams_and_their_upstream_requests(
+    client: Client, localkube_async: LocalKube, h2_localkube: H2Front, gate_name: str
+) -> None:
+    follow = await following(client, localkube_async, gate_name)
+    assert upstream_connections(localkube_async) == 1
+    h2_localkube.reset("/namespaces/default/pods/other")  # matches nothing
+    h2_localkube.reset("/pods/p/log")
+    reply = await client.response(follow)
+    assert reply.reset == h2.errors.ErrorCodes.CANCEL and not reply.ended
+    await until(lambda: h2_localkube.open_streams == 0)
+    await until(lambda: upstream_connections(localkube_async) == 0)  # the follow's request was closed
+    assert not client.closed  # the connection goes on
+    assert (await client.response(client.get("/api/v1/namespaces", localkube_async.token))).status == 200
+
+
+async def test_drop_closes_connections_without_goaway(
+    client: Client, localkube_async: LocalKube, h2_localkube: H2Front, gate_name: str
+) -> None:
+    follow = await following(client, localkube_async, gate_name)
+    h2_localkube.drop()
+    await client.until(lambda: client.closed)
+    assert client.goaway is None and not client.replies[follow].ended
+    await until(lambda: h2_localkube.connections == 0 and h2_localkube.open_streams == 0)
+    await until(lambda: upstream_connections(localkube_async) == 0)
+
+
+async def test_http11_by_alpn_is_a_byte_pipe(localkube_async: LocalKube) -> None:
+    front = H2Front(localkube_async.url, alpn=("http/1.1",))
+    await front.start()
+    try:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        context.set_alpn_protocols(["h2", "http/1.1"])  # offers h2; the front only has http/1.1
+        headers = {"Authorization": f"Bearer {localkube_async.token}"}
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):  # two requests on the kept-alive piped connection
+                async with session.get(f"{front.url}/api/v1/namespaces", headers=headers, ssl=context) as got:
+                    assert got.status == 200
+                    assert (await got.json())["kind"] == "NamespaceList"
+        assert (front.connections_made, front.streams_opened) == (1, 0)
+    finally:
+        await front.close()
+
+
+async def test_the_command_line_prints_its_port(localkube_async: LocalKube) -> None:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "localkube.h2front",
+        "--upstream",
+        localkube_async.url,
+        "--max-streams",
+        "7",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        port = int(await asyncio.wait_for(child.stdout.readline(), WAIT))
+        client = await Client.connect(f"https://127.0.0.1:{port}")
+        assert client.conn.remote_settings.max_concurrent_streams == 7
+        assert (await client.response(client.get("/api/v1/namespaces", localkube_async.token))).status == 200
+        await client.close()
+    finally:
+        child.terminate()
+        assert await child.wait() == 0
+
+
+def test_bad_arguments_name_the_field() -> None:
+    with pytest.raises(ValueError, match="upstream"):
+        H2Front("https://127.0.0.1:1")
+    with pytest.raises(ValueError, match="max_concurrent_streams"):
+        H2Front("http://127.0.0.1:1", max_concurrent_streams=0)
