@@ -24,7 +24,7 @@ from hyperframe.frame import GoAwayFrame
 from localkube.cluster import LocalKube
 from localkube.gates import close_gate, gate, open_gate
 from localkube.h2front import H2Front
-from localkube.resources import PODS
+from localkube.resources import CONFIGMAPS, PODS
 from localkube.runtime.script import ANNOTATION
 
 NS = "default"
@@ -135,20 +135,25 @@ class Client:
 
     def get(self, path: str, token: str) -> int:
         """Open a stream: GET `path` with the bearer token; returns its id."""
+        return self.request("GET", path, token)
+
+    def request(self, method: str, path: str, token: str, body: dict | None = None) -> int:
+        """Open a stream with a request (a JSON body if given, in one DATA frame); returns its id."""
         stream_id = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(
-            stream_id,
-            [
-                (":method", "GET"),
-                (":scheme", "https"),
-                (":authority", "localkube"),
-                (":path", path),
-                ("authorization", f"Bearer {token}"),
-                ("accept", "application/json"),
-                ("user-agent", "test-h2front"),
-            ],
-            end_stream=True,
-        )
+        headers = [
+            (":method", method),
+            (":scheme", "https"),
+            (":authority", "localkube"),
+            (":path", path),
+            ("authorization", f"Bearer {token}"),
+            ("accept", "application/json"),
+            ("user-agent", "test-h2front"),
+        ]
+        if body is not None:
+            headers.append(("content-type", "application/json"))
+        self.conn.send_headers(stream_id, headers, end_stream=body is None)
+        if body is not None:
+            self.conn.send_data(stream_id, json.dumps(body).encode(), end_stream=True)
         self.replies[stream_id] = Reply()
         self.flush()
         return stream_id
@@ -254,11 +259,6 @@ async def test_get_returns_localkubes_json(
     await until(lambda: h2_localkube.open_streams == 0)
 
 
-async def test_the_authorization_header_goes_upstream(client: Client, localkube_async: LocalKube) -> None:
-    assert (await client.response(client.get("/api/v1/namespaces", "wrong"))).status == 401
-    assert (await client.response(client.get("/api/v1/namespaces", localkube_async.token))).status == 200
-
-
 async def test_a_followed_log_streams_as_the_pod_writes(
     client: Client, localkube_async: LocalKube, gate_name: str
 ) -> None:
@@ -268,6 +268,29 @@ async def test_a_followed_log_streams_as_the_pod_writes(
     open_gate(gate_name)
     await client.response(stream)
     assert reply.body == b"before\nafter\n" and reply.reset is None
+
+
+async def test_a_watch_streams_its_events(client: Client, localkube_async: LocalKube) -> None:
+    stream = client.get(f"/api/v1/namespaces/{NS}/configmaps?watch=true", localkube_async.token)
+    reply = client.replies[stream]
+    await client.until(lambda: reply.status == 200, stream)  # the watch is registered upstream
+    localkube_async.store.create(CONFIGMAPS, NS, {"metadata": {"name": "seen"}})
+    await client.until(lambda: reply.body.endswith(b"\n"), stream)
+    event = json.loads(reply.body)
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "seen")
+    assert not reply.ended
+
+
+async def test_a_request_body_and_its_content_type_go_upstream(
+    client: Client, localkube_async: LocalKube
+) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "posted"}, "data": {"k": "v"}}
+    reply = await client.response(client.request("POST", f"/api/v1/namespaces/{NS}/configmaps", "", body))
+    assert reply.status == 401  # the authorization header went upstream too
+    token = localkube_async.token
+    reply = await client.response(client.request("POST", f"/api/v1/namespaces/{NS}/configmaps", token, body))
+    assert reply.status == 201, reply.body
+    assert localkube_async.store.get(CONFIGMAPS, NS, "posted")["data"] == {"k": "v"}
 
 
 async def test_two_streams_share_one_connection(
@@ -361,6 +384,16 @@ async def test_drop_closes_connections_without_goaway(
     h2_localkube.drop()
     await client.until(lambda: client.closed)
     assert client.goaway is None and not client.replies[follow].ended
+    await until(lambda: h2_localkube.connections == 0 and h2_localkube.open_streams == 0)
+    await until(lambda: upstream_connections(localkube_async) == 0)
+
+
+async def test_a_client_closing_its_connection_ends_the_upstream_requests(
+    client: Client, localkube_async: LocalKube, h2_localkube: H2Front, gate_name: str
+) -> None:
+    await following(client, localkube_async, gate_name)
+    assert upstream_connections(localkube_async) == 1
+    await client.close()
     await until(lambda: h2_localkube.connections == 0 and h2_localkube.open_streams == 0)
     await until(lambda: upstream_connections(localkube_async) == 0)
 
