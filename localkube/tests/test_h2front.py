@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -19,8 +20,9 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import pytest
+from h2.errors import ErrorCodes
 from h2.frame_buffer import FrameBuffer
-from hyperframe.frame import GoAwayFrame
+from hyperframe.frame import GoAwayFrame, HeadersFrame
 from localkube.cluster import LocalKube
 from localkube.gates import close_gate, gate, open_gate
 from localkube.h2front import H2Front
@@ -196,6 +198,15 @@ class Client:
             await self._task
 
 
+@pytest.fixture(autouse=True)
+def no_error_logged(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Nothing the front does (closing included: this runs after the other fixtures' teardown) logs an
+    error, such as asyncio's for a connection handler that failed."""
+    yield
+    records = caplog.get_records("call") + caplog.get_records("teardown")
+    assert not [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+
+
 @pytest.fixture
 async def client(h2_localkube: H2Front) -> AsyncIterator[Client]:
     opened = await Client.connect(h2_localkube.url)
@@ -204,7 +215,7 @@ async def client(h2_localkube: H2Front) -> AsyncIterator[Client]:
 
 
 @pytest.fixture
-def gate_name() -> str:
+def gate_name() -> Iterator[str]:
     name = f"h2front-{uuid.uuid4().hex[:8]}"
     yield name
     open_gate(name)  # a container still waiting ends
@@ -323,6 +334,30 @@ async def test_max_concurrent_streams_is_announced(localkube_async: LocalKube, h
         await front.close()
 
 
+async def test_a_stream_beyond_the_limit_ends_the_connection(
+    localkube_async: LocalKube, gate_name: str
+) -> None:
+    """h2 answers a stream past SETTINGS_MAX_CONCURRENT_STREAMS with GOAWAY(PROTOCOL_ERROR) (Go resets just
+    the stream): a client under test must queue. The test's client writes the HEADERS frame itself, since
+    h2's client refuses to."""
+    front = H2Front(localkube_async.url, max_concurrent_streams=1)
+    await front.start()
+    try:
+        client = await Client.connect(front.url)
+        follow = await following(client, localkube_async, gate_name)
+        frame = HeadersFrame(follow + 2, flags=("END_HEADERS", "END_STREAM"))
+        frame.data = client.conn.encoder.encode(
+            [(":method", "GET"), (":scheme", "https"), (":authority", "localkube"), (":path", "/version")]
+        )
+        client.writer.write(frame.serialize())
+        await client.until(lambda: client.goaway is not None and client.closed)
+        assert client.goaway is not None
+        assert (client.goaway.error_code, client.goaway.last_stream_id) == (ErrorCodes.PROTOCOL_ERROR, follow)
+        await client.close()
+    finally:
+        await front.close()
+
+
 async def test_data_stays_within_the_clients_window(
     localkube_async: LocalKube, h2_localkube: H2Front
 ) -> None:
@@ -370,7 +405,7 @@ async def test_reset_cancels_matching_streams_and_their_upstream_requests(
     h2_localkube.reset("/namespaces/default/pods/other")  # matches nothing
     h2_localkube.reset("/pods/p/log")
     reply = await client.response(follow)
-    assert reply.reset == h2.errors.ErrorCodes.CANCEL and not reply.ended
+    assert reply.reset == ErrorCodes.CANCEL and not reply.ended
     await until(lambda: h2_localkube.open_streams == 0)
     await until(lambda: upstream_connections(localkube_async) == 0)  # the follow's request was closed
     assert not client.closed  # the connection goes on
