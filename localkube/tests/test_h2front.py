@@ -33,6 +33,15 @@ NS = "default"
 WAIT = 30.0  # a bound on a wait for what must happen, never a measured time
 
 
+def tls(*alpn: str) -> ssl.SSLContext:
+    """A client TLS context offering `alpn` (none: no ALPN), taking the front's self-signed certificate."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
+    return context
+
+
 @dataclass
 class Reply:
     """What came back on one stream."""
@@ -42,6 +51,7 @@ class Reply:
     body: bytearray = field(default_factory=bytearray)
     ended: bool = False
     reset: int | None = None  # the RST_STREAM error code
+    acked: int = 0  # bytes of the body acknowledged by hand (``Client(ack=False)``)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -67,12 +77,8 @@ class Client:
     async def connect(
         cls, url: str, *, window: int | None = None, ack: bool = True, alpn: tuple[str, ...] = ("h2",)
     ) -> Client:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE  # the front's certificate is self-signed
-        context.set_alpn_protocols(list(alpn))
         parts = urlsplit(url)
-        reader, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=context)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=tls(*alpn))
         assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
         client = cls(reader, writer, ack=ack)
         if window is not None:
@@ -371,10 +377,36 @@ async def test_data_stays_within_the_clients_window(
     assert len(reply.body) == 100 and not reply.ended
     while not reply.ended:
         before = len(reply.body)
-        client.ack(stream, before)  # the whole window again
+        client.ack(stream, 100)  # the whole window again
         await client.until(lambda b=before: len(reply.body) > b or reply.ended, stream)
-        assert len(reply.body) - before <= 100 or reply.ended
+        assert len(reply.body) - before <= 100
     assert json.loads(reply.body)["kind"] == "NamespaceList"
+    await client.close()
+
+
+async def test_the_connections_window_bounds_all_its_streams(
+    localkube_async: LocalKube, h2_localkube: H2Front
+) -> None:
+    """Streams with room of their own (1 MiB) share the connection's 65,535 bytes: two 40 KB answers stop
+    at 65,535 bytes together until the client acknowledges."""
+    localkube_async.store.create(CONFIGMAPS, NS, {"metadata": {"name": "big"}, "data": {"k": "x" * 40_000}})
+    client = await Client.connect(h2_localkube.url, window=1 << 20, ack=False)
+    streams = [client.get(f"/api/v1/namespaces/{NS}/configmaps/big", localkube_async.token) for _ in "ab"]
+    replies = [client.replies[stream] for stream in streams]
+
+    def received() -> int:
+        return sum(len(reply.body) for reply in replies)
+
+    await client.until(lambda: received() == 65_535)
+    await client.ping()
+    assert received() == 65_535 and not all(reply.ended for reply in replies)
+    while not all(reply.ended for reply in replies):
+        before = received()
+        for stream, reply in zip(streams, replies, strict=True):
+            client.ack(stream, len(reply.body) - reply.acked)
+            reply.acked = len(reply.body)
+        await client.until(lambda b=before: received() > b or all(reply.ended for reply in replies))
+    assert [json.loads(reply.body)["data"]["k"] for reply in replies] == ["x" * 40_000] * 2
     await client.close()
 
 
@@ -437,9 +469,7 @@ async def test_http11_by_alpn_is_a_byte_pipe(localkube_async: LocalKube) -> None
     front = H2Front(localkube_async.url, alpn=("http/1.1",))
     await front.start()
     try:
-        context = ssl.create_default_context()
-        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        context.set_alpn_protocols(["h2", "http/1.1"])  # offers h2; the front only has http/1.1
+        context = tls("h2", "http/1.1")  # offers h2; the front only has http/1.1
         headers = {"Authorization": f"Bearer {localkube_async.token}"}
         async with aiohttp.ClientSession() as session:
             for _ in range(2):  # two requests on the kept-alive piped connection
@@ -449,6 +479,20 @@ async def test_http11_by_alpn_is_a_byte_pipe(localkube_async: LocalKube) -> None
         assert (front.connections_made, front.streams_opened) == (1, 0)
     finally:
         await front.close()
+
+
+async def test_a_client_without_alpn_gets_the_pipe(localkube_async: LocalKube, h2_localkube: H2Front) -> None:
+    parts = urlsplit(h2_localkube.url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=tls())
+    writer.write(
+        f"GET /api/v1/namespaces HTTP/1.1\r\nHost: localkube\r\nConnection: close\r\n"
+        f"Authorization: Bearer {localkube_async.token}\r\n\r\n".encode()
+    )
+    answer = await asyncio.wait_for(reader.read(), WAIT)  # to the end: the upstream closes after answering
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b'"kind":"NamespaceList"' in body.replace(b" ", b"")
+    writer.close()
+    assert h2_localkube.streams_opened == 0
 
 
 async def test_the_command_line_prints_its_port(localkube_async: LocalKube) -> None:
