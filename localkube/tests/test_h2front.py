@@ -19,6 +19,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import kubernetes_asyncio
 import pytest
 from h2.errors import ErrorCodes
 from h2.frame_buffer import FrameBuffer
@@ -26,6 +27,7 @@ from hyperframe.frame import GoAwayFrame, HeadersFrame
 from localkube.cluster import LocalKube
 from localkube.gates import close_gate, gate, open_gate
 from localkube.h2front import H2Front
+from localkube.kubeletapi import self_signed
 from localkube.resources import CONFIGMAPS, PODS
 from localkube.runtime.script import ANNOTATION
 
@@ -33,10 +35,12 @@ NS = "default"
 WAIT = 30.0  # a bound on a wait for what must happen, never a measured time
 
 
-def tls(*alpn: str) -> ssl.SSLContext:
-    """A client TLS context offering `alpn` (none: no ALPN), taking the front's self-signed certificate."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+def tls(*alpn: str, certificate: bytes | None = None) -> ssl.SSLContext:
+    """A client TLS context offering `alpn` (none: no ALPN) that verifies the front with its `certificate`,
+    or takes any certificate without one."""
+    context = ssl.create_default_context(cadata=certificate.decode() if certificate else None)
+    if certificate is None:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     if alpn:
         context.set_alpn_protocols(list(alpn))
     return context
@@ -75,10 +79,11 @@ class Client:
 
     @classmethod
     async def connect(
-        cls, url: str, *, window: int | None = None, ack: bool = True, alpn: tuple[str, ...] = ("h2",)
+        cls, url: str, *, window: int | None = None, ack: bool = True, certificate: bytes | None = None
     ) -> Client:
         parts = urlsplit(url)
-        reader, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=tls(*alpn))
+        context = tls("h2", certificate=certificate)
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=context)
         assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
         client = cls(reader, writer, ack=ack)
         if window is not None:
@@ -215,7 +220,7 @@ def no_error_logged(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 
 @pytest.fixture
 async def client(h2_localkube: H2Front) -> AsyncIterator[Client]:
-    opened = await Client.connect(h2_localkube.url)
+    opened = await Client.connect(h2_localkube.url, certificate=h2_localkube.certificate)  # TLS verified
     yield opened
     await opened.close()
 
@@ -493,6 +498,28 @@ async def test_a_client_without_alpn_gets_the_pipe(localkube_async: LocalKube, h
     assert head.startswith(b"HTTP/1.1 200 ") and b'"kind":"NamespaceList"' in body.replace(b" ", b"")
     writer.close()
     assert h2_localkube.streams_opened == 0
+
+
+async def test_the_kubeconfig_verifies_the_front(h2_localkube: H2Front) -> None:
+    """The real async client with the fixture's kubeconfig: TLS verified against the front's certificate
+    (aiohttp offers no ALPN: the HTTP/1.1 pipe)."""
+    assert h2_localkube.kubeconfig is not None
+    configuration = kubernetes_asyncio.client.Configuration()
+    await kubernetes_asyncio.config.load_kube_config(
+        config_file=str(h2_localkube.kubeconfig), client_configuration=configuration
+    )
+    assert configuration.verify_ssl and configuration.ssl_ca_cert
+    async with kubernetes_asyncio.client.ApiClient(configuration) as api:
+        listed = await kubernetes_asyncio.client.CoreV1Api(api).list_namespace()
+    assert "default" in {item.metadata.name for item in listed.items}
+    assert h2_localkube.connections_made == 1
+
+
+async def test_another_certificate_is_refused(h2_localkube: H2Front) -> None:
+    """The verified clients above verify: a certificate not the front's fails the handshake."""
+    other, _ = self_signed("127.0.0.1", "not-the-front")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await Client.connect(h2_localkube.url, certificate=other)
 
 
 async def test_the_command_line_prints_its_port(localkube_async: LocalKube) -> None:

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import signal
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -35,7 +36,8 @@ from hyperframe.frame import GoAwayFrame
 from multidict import CIMultiDict
 from yarl import URL
 
-from localkube.kubeletapi import serving_context
+from localkube.kubeconfig import write_kubeconfig
+from localkube.kubeletapi import self_signed, serving_context
 
 # Connection-specific headers: HTTP/2 forbids them (RFC 9113 8.2.2), and the upstream's are about its own
 # HTTP/1.1 connection.
@@ -296,6 +298,8 @@ class H2Front:
         self.max_concurrent_streams = max_concurrent_streams
         self.alpn = alpn
         self.url = ""
+        self.certificate = b""  # PEM, self-signed for 127.0.0.1: what a client that verifies trusts
+        self.kubeconfig: Path | None = None
         self.connections_made = 0
         self.streams_opened = 0
         self._server: asyncio.Server | None = None
@@ -320,7 +324,9 @@ class H2Front:
         return sum(len(client.streams) for client in self._clients)
 
     async def start(self) -> None:
-        context = serving_context("127.0.0.1", "localkube-h2front")
+        certificate = self_signed("127.0.0.1", "localkube-h2front")
+        self.certificate = certificate[0]
+        context = serving_context("127.0.0.1", "localkube-h2front", certificate=certificate)
         context.set_alpn_protocols(list(self.alpn))
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),  # one upstream connection per concurrent stream
@@ -331,6 +337,13 @@ class H2Front:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0, ssl=context)
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"https://127.0.0.1:{port}"
+
+    def write_kubeconfig(self, path: str | Path, token: str, namespace: str = "default") -> Path:
+        """A kubeconfig for the front: its URL, its certificate as the authority, the upstream's token."""
+        if not self.url:
+            raise RuntimeError("start the front before writing its kubeconfig")
+        self.kubeconfig = write_kubeconfig(path, self.url, token, namespace, self.certificate)
+        return self.kubeconfig
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

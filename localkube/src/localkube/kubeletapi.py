@@ -185,10 +185,9 @@ def kubelet_app(
     return app
 
 
-def serving_context(host: str, common_name: str, client_ca_file: str | Path | None = None) -> ssl.SSLContext:
-    """A TLS server context with a fresh self-signed certificate for `host` (an IP address or a DNS name).
-    With `client_ca_file`, a client certificate is asked for and, if one is sent, must be signed by that CA
-    (a kubelet's --client-ca-file: Go's VerifyClientCertIfGiven)."""
+def self_signed(host: str, common_name: str) -> tuple[bytes, bytes]:
+    """A fresh self-signed certificate for `host` (an IP address or a DNS name) and its key, both PEM: the
+    certificate is what a client that verifies the server trusts."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -212,17 +211,29 @@ def serving_context(host: str, common_name: str, client_ca_file: str | Path | No
         .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
         .sign(key, hashes.SHA256())
     )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def serving_context(
+    host: str,
+    common_name: str,
+    client_ca_file: str | Path | None = None,
+    *,
+    certificate: tuple[bytes, bytes] | None = None,
+) -> ssl.SSLContext:
+    """A TLS server context with a fresh self-signed certificate for `host` (an IP address or a DNS name), or
+    `certificate` (PEM certificate and key, from :func:`self_signed`) when the caller needs to know it.
+    With `client_ca_file`, a client certificate is asked for and, if one is sent, must be signed by that CA
+    (a kubelet's --client-ca-file: Go's VerifyClientCertIfGiven)."""
+    cert_pem, key_pem = certificate or self_signed(host, common_name)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     with tempfile.TemporaryDirectory(prefix="localkube-kubelet-") as tmp:
         cert_file, key_file = Path(tmp, "kubelet.crt"), Path(tmp, "kubelet.key")
-        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_file.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+        cert_file.write_bytes(cert_pem)
+        key_file.write_bytes(key_pem)
         context.load_cert_chain(cert_file, key_file)
     if client_ca_file is not None:
         context.load_verify_locations(cafile=str(client_ca_file))
