@@ -509,8 +509,10 @@ class AsyncTrainingJobHook(HookParameters):
         timestamps: bool = True,
     ) -> LineReader:
         """:meth:`follow_log`'s stream, opened (retried), its lines as bytes: ``await stream.lines()`` gives
-        the next ones as they arrive and ``None`` at the end; ``close()`` it when done. A connection of its
-        own, holding little more than its socket while the container says nothing (``transport.LineStream``).
+        the next ones as they arrive and ``None`` at the end; ``close()`` it when done. Over TLS a stream of
+        an HTTP/2 connection the process's follows share (``multiplex.H2Stream``), else a connection of its
+        own (``transport.LineStream``); either holds little more than its buffers while the container says
+        nothing.
         """
         query = encode_query(
             {

@@ -38,10 +38,11 @@ from yarl import URL
 
 from airflow_provider_training.hooks.errors import ApiRequest, KubeApiError
 from airflow_provider_training.kinds.base import ResourceRef
-from airflow_provider_training.offloop import once_in_thread
+from airflow_provider_training.offloop import import_off_loop, once_in_thread
 
 if TYPE_CHECKING:
     from airflow_provider_training.hooks.kubeconfig import ClusterConfig
+    from airflow_provider_training.hooks.multiplex import H2Links
 
 Query = Iterable[tuple[str, str]]
 
@@ -52,6 +53,9 @@ LINES_BUFFER = 2**20  # a followed log's reading pauses while this many bytes wa
 LINES_PIECE = 2**16  # lines are handed on in pieces of about this many bytes
 MAX_HEAD = 2**16  # the longest response head (or chunk size line) accepted
 TLS_READ = 2**16  # the most plain bytes taken from a TLS session at once
+MULTIPLEX = "airflow_provider_training.hooks.multiplex"
+# Offered by follows over TLS. Both: Go's TLS refuses a client that names no protocol it serves.
+ALPN = ("h2", "http/1.1")
 
 
 def collection_path(resource: ResourceRef, namespace: str | None) -> str:
@@ -110,11 +114,21 @@ class _Pool:
         self.users = 0
         self.session: aiohttp.ClientSession | None = None
         self.goes_direct: bool | None = None
+        self.h2: H2Links | None = None  # the log follows' HTTP/2 connections (over TLS)
 
-    async def tls(self) -> ssl.SSLContext | None:
-        """The shared TLS context (``None`` for a plain ``http://`` server)."""
+    async def tls(self, alpn: tuple[str, ...] = ()) -> ssl.SSLContext | None:
+        """The shared TLS context (``None`` for a plain ``http://`` server), offering ``alpn``."""
         cfg = self.configuration
-        return None if str(cfg.host).startswith("http://") else await shared_ssl_context(cfg)
+        return None if str(cfg.host).startswith("http://") else await shared_ssl_context(cfg, alpn)
+
+    async def multiplexed(self) -> H2Links:
+        """The follows' HTTP/2 connections; the ``h2`` library is imported in a thread the first time."""
+        if self.h2 is None:
+            await import_off_loop(MULTIPLEX)
+            from airflow_provider_training.hooks.multiplex import H2Links
+
+            self.h2 = self.h2 or H2Links()
+        return self.h2
 
     def direct(self) -> bool:
         """Whether requests reach the server without a proxy: none configured (``proxy-url``) and none
@@ -143,6 +157,8 @@ class _Pool:
         if self.users == 0:
             if self.pools.get(id(self.configuration)) is self:
                 del self.pools[id(self.configuration)]
+            if self.h2 is not None:
+                self.h2.close()
             session, self.session = self.session, None
             if session is not None:
                 await session.close()
@@ -297,8 +313,9 @@ class KubeTransport:
     ) -> LineReader:
         """A long-lived GET read as lines (a log follow), its answer's head read; ``close()`` it when done.
 
-        Raises :class:`KubeApiError` on a non-2xx answer. Without a proxy it is a :class:`LineStream` on its
-        own connection; through a proxy, the session's response.
+        Raises :class:`KubeApiError` on a non-2xx answer. Without a proxy: over TLS, a stream of an HTTP/2
+        connection that the follows share (``multiplex.H2Stream``), else a :class:`LineStream` on its own
+        connection; through a proxy, the session's response.
         """
         pool = self._pooled()
         if not pool.direct():
@@ -320,39 +337,70 @@ class KubeTransport:
 
     async def _connect(
         self, pool: _Pool, path: str, query: Query | None, read_timeout: float | None
-    ) -> LineStream:
-        """Connect, send the GET, read the answer's head (an error answer's body too)."""
+    ) -> PushedLines:
+        """Send the GET, read the answer's head (an error answer's body too): on a shared HTTP/2 connection
+        over TLS if the server speaks it, else on a connection of its own."""
         headers = await self._headers("*/*")
         url = self._url(path, query)
         parts = urlsplit(url)
         context = await pool.tls()
         host, port = parts.hostname or "", parts.port or (443 if context else 80)
         target = url[len(f"{parts.scheme}://{parts.netloc}") :] or "/"
-        lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        request = ("\r\n".join([*lines, "Connection: close", "", ""])).encode()
-        stream = LineStream(read_timeout)
+        authority = parts.netloc.rpartition("@")[2]
         key = ConnectionKey(host, port, context is not None, context or False, None, None, None, None)
-        try:
+        server_name = self._configuration.tls_server_name or host
+        answer: PushedLines | None = None
+        if context is not None and not (pool.h2 is not None and pool.h2.refused):
+            from airflow_provider_training.hooks.multiplex import H2Link, request_headers
+
+            links = await pool.multiplexed()
+            alpn_context = await pool.tls(ALPN)
+
+            async def connect() -> H2Link:
+                async with self._dialing(key, url):
+                    loop = asyncio.get_running_loop()
+                    _, link = await loop.create_connection(
+                        H2Link, host, port, ssl=alpn_context, server_hostname=server_name
+                    )
+                return link
+
+            answer = await links.open(connect, request_headers(authority, target, headers), read_timeout)
+        if answer is None:
+            lines = [f"GET {target} HTTP/1.1", f"Host: {authority}"]
+            lines += [f"{name}: {value}" for name, value in headers.items()]
+            request = ("\r\n".join([*lines, "Connection: close", "", ""])).encode()
+            stream = LineStream(read_timeout)
             try:
-                async with asyncio.timeout(self._timeout.sock_connect):
+                async with self._dialing(key, url):
                     await asyncio.get_running_loop().create_connection(lambda: stream, host, port)
                     if context is not None:
-                        await stream.handshake(context, self._configuration.tls_server_name or host)
-            except TimeoutError as err:
-                raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {url}") from err
-            except ssl.CertificateError as err:
-                raise aiohttp.ClientConnectorCertificateError(key, err) from err
-            except ssl.SSLError as err:
-                raise aiohttp.ClientConnectorSSLError(key, err) from err
-            except OSError as err:
-                raise aiohttp.ClientConnectorError(key, err) from err
-            stream.send(request)
-            await stream.head()
+                        await stream.handshake(context, server_name)
+                stream.send(request)
+            except BaseException:
+                stream.close()
+                raise
+            answer = stream
+        try:
+            await answer.head()
         except BaseException:
-            stream.close()
+            answer.close()
             raise
-        return stream
+        return answer
+
+    @asynccontextmanager
+    async def _dialing(self, key: ConnectionKey, url: str) -> AsyncIterator[None]:
+        """Connecting (and the TLS handshake) within the connect timeout; its errors as aiohttp's."""
+        try:
+            async with asyncio.timeout(self._timeout.sock_connect):
+                yield
+        except TimeoutError as err:
+            raise aiohttp.ConnectionTimeoutError(f"Connection timeout to host {url}") from err
+        except ssl.CertificateError as err:
+            raise aiohttp.ClientConnectorCertificateError(key, err) from err
+        except ssl.SSLError as err:
+            raise aiohttp.ClientConnectorSSLError(key, err) from err
+        except OSError as err:
+            raise aiohttp.ClientConnectorError(key, err) from err
 
 
 async def _read_closing(resp: aiohttp.ClientResponse) -> bytes:
@@ -474,31 +522,29 @@ class _Tls:
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _LENGTH, _UNTIL_CLOSE, _ENDED = range(8)
 
 
-class LineStream(LineReader, asyncio.Protocol):
-    """One GET on its own connection, its HTTP/1.1 answer parsed as it arrives: the status and headers, then
-    a chunked, sized or until-close body whose lines :meth:`lines` hands on.
+class PushedLines(LineReader):
+    """The reader's side of an answer whose bytes are pushed to it (:meth:`_received_body`, :meth:`_fail`, the
+    end): its status and headers, then the body's lines as :meth:`lines`, :meth:`ready` and
+    :meth:`call_when_ready` hand them on. Shared by an HTTP/1.1 answer on its own connection
+    (:class:`LineStream`) and an HTTP/2 stream on a shared one (``multiplex.H2Stream``).
 
-    While the server sends nothing it holds its transport and socket, two empty buffers, an idle timer and
-    either the future its reader awaits (:meth:`lines`) or the one callback it was given
-    (:meth:`call_when_ready`): a follower then needs no task of its own. The server's silence for
-    ``read_timeout`` seconds, a connection lost mid-body and a bad answer raise the errors aiohttp raises for
-    them (``ServerTimeoutError``, ``ClientPayloadError``, ``ServerDisconnectedError``), so retries and notes
-    treat both paths alike. Reading pauses while more than :data:`LINES_BUFFER` bytes wait to be handed on.
+    While the server sends nothing it holds two empty buffers, an idle timer and either the future its
+    reader awaits (:meth:`lines`) or the one callback it was given (:meth:`call_when_ready`): a follower
+    then needs no task of its own. The server's silence for ``read_timeout`` seconds raises
+    ``ServerTimeoutError``, as aiohttp does, so retries and notes treat every path alike. Reading pauses
+    (:meth:`_pause`) while more than :data:`LINES_BUFFER` bytes wait to be handed on, and resumes when half
+    of them were.
     """
 
     __slots__ = (
         "_body",
         "_error",
         "_last",
-        "_left",
         "_listener",
         "_paused",
-        "_raw",
         "_state",
         "_timeout",
         "_timer",
-        "_tls",
-        "_transport",
         "_waiter",
         "headers",
         "status",
@@ -507,11 +553,8 @@ class LineStream(LineReader, asyncio.Protocol):
     def __init__(self, read_timeout: float | None) -> None:
         self.status = 0
         self.headers: CIMultiDict[str] | None = None  # kept for an error answer only
-        self._transport: asyncio.Transport | None = None
-        self._raw = bytearray()  # received, not yet parsed (the head, chunk sizes)
         self._body = bytearray()  # the body's bytes not yet handed on as lines
         self._state = _HEAD
-        self._left = 0  # bytes left of the current chunk, or of a sized body
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[bool] | None = None
         self._listener: Callable[[], None] | None = None
@@ -519,6 +562,148 @@ class LineStream(LineReader, asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0
         self._paused = False
+
+    # -- the pushing side ------------------------------------------------------------------------------------
+
+    def _start_timer(self) -> None:
+        if self._timeout is not None:
+            loop = asyncio.get_running_loop()
+            self._last = loop.time()
+            self._timer = loop.call_at(self._last + self._timeout, self._check_idle)
+
+    def _touch(self) -> None:
+        """Something arrived: the idle timer starts again."""
+        if self._timer is not None:
+            self._last = asyncio.get_running_loop().time()
+
+    def _got_head(self, status: int, headers: CIMultiDict[str]) -> None:
+        self.status = status
+        if not 200 <= status < 300:
+            self.headers = headers
+
+    def _after_data(self) -> None:
+        """Pause if too much waits to be handed on; wake the reader."""
+        if len(self._body) > LINES_BUFFER and not self._paused and self._pause():
+            self._paused = True
+        self._wake()
+
+    def _ended(self) -> None:
+        self._state = _ENDED
+        self._stop_timer()
+        self._wake()
+
+    def _pause(self) -> bool:
+        """Stop taking the body in; ``False`` if it cannot (closed)."""
+        raise NotImplementedError
+
+    def _resume(self) -> None:
+        raise NotImplementedError
+
+    def _shut(self) -> None:
+        """Close what carries the answer (the reader is told by :meth:`_fail` or the end)."""
+        raise NotImplementedError
+
+    # -- the reader's side ---------------------------------------------------------------------------------
+
+    async def head(self) -> None:
+        """Wait for the answer's status and headers (an error answer's whole body too)."""
+        while self._state == _HEAD or (not 200 <= self.status < 300 and self._state != _ENDED):
+            await self._more()
+
+    def _more(self) -> Awaitable[bool]:
+        # A future, not a coroutine: a follow waiting for its pod's next line holds no frame of ours.
+        if self._error is not None:
+            raise self._error
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        if self._state == _ENDED:
+            self._wake(False)
+        return waiter
+
+    def ready(self) -> list[bytes] | None:
+        if taken := super().ready():
+            return taken
+        if self._error is not None:
+            raise self._error
+        if self._state != _ENDED:
+            return []
+        if not self._body:
+            return None
+        last = [bytes(self._body)]
+        self._body.clear()
+        return last
+
+    def call_when_ready(self, listener: Callable[[], None]) -> bool:
+        self._listener = listener
+        if self._error is not None or self._state == _ENDED or b"\n" in self._body:
+            self._wake()  # already: called from the loop (call_soon), never from here
+        return True
+
+    def _taken(self) -> None:
+        if self._paused and len(self._body) <= LINES_BUFFER // 2:
+            self._paused = False
+            self._resume()
+
+    def _wake(self, more: bool = True) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(more)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            asyncio.get_running_loop().call_soon(listener)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self._stop_timer()
+        self._shut()
+        self._wake()
+
+    def _check_idle(self) -> None:
+        assert self._timeout is not None
+        now = asyncio.get_running_loop().time()
+        if self._paused or now - self._last < self._timeout:  # data came meanwhile, or we are not reading
+            self._timer = asyncio.get_running_loop().call_at(
+                max(now, self._last) + self._timeout, self._check_idle
+            )
+            return
+        self._timer = None
+        self._fail(aiohttp.ServerTimeoutError("Timeout on reading data from socket"))
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def error_body(self) -> bytearray:
+        """An error answer's body (read whole by :meth:`head`)."""
+        return self._body
+
+    def release(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the answer (the body is not read further; a listener is not called)."""
+        self._listener = None
+        self._stop_timer()
+        self._shut()
+
+
+class LineStream(PushedLines, asyncio.Protocol):
+    """One GET on its own connection, its HTTP/1.1 answer parsed as it arrives: the status and headers, then
+    a chunked, sized or until-close body whose lines :meth:`lines` hands on.
+
+    Beyond :class:`PushedLines` it holds its transport and socket, and over TLS its own TLS session. A
+    connection lost mid-body and a bad answer raise the errors aiohttp raises for them
+    (``ClientPayloadError``, ``ServerDisconnectedError``). Reading pauses by pausing the transport.
+    """
+
+    __slots__ = ("_left", "_raw", "_tls", "_transport")
+
+    def __init__(self, read_timeout: float | None) -> None:
+        super().__init__(read_timeout)
+        self._transport: asyncio.Transport | None = None
+        self._raw = bytearray()  # received, not yet parsed (the head, chunk sizes)
+        self._left = 0  # bytes left of the current chunk, or of a sized body
         self._tls: _Tls | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------------
@@ -527,14 +712,10 @@ class LineStream(LineReader, asyncio.Protocol):
         # A stream transport, though not always an asyncio.Transport subclass: uvloop's TCPTransport (the
         # api-server's loop, where the Training tab follows logs) is not one.
         self._transport = cast(asyncio.Transport, transport)
-        if self._timeout is not None:
-            loop = asyncio.get_running_loop()
-            self._last = loop.time()
-            self._timer = loop.call_at(self._last + self._timeout, self._check_idle)
+        self._start_timer()
 
     def data_received(self, data: bytes) -> None:
-        if self._timer is not None:
-            self._last = asyncio.get_running_loop().time()
+        self._touch()
         tls = self._tls
         if tls is None:
             self._received(data)
@@ -551,10 +732,17 @@ class LineStream(LineReader, asyncio.Protocol):
             except ssl.SSLError as err:
                 self._fail(err if not tls.ready else aiohttp.ClientPayloadError(f"TLS error: {err!r}"))
             self._flush_tls()
-        if len(self._body) > LINES_BUFFER and not self._paused and self._transport is not None:
-            self._paused = True
-            self._transport.pause_reading()
-        self._wake()
+        self._after_data()
+
+    def _pause(self) -> bool:
+        if self._transport is None:
+            return False
+        self._transport.pause_reading()
+        return True
+
+    def _resume(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
 
     def _received(self, data: bytes) -> None:
         if self._state == _UNTIL_CLOSE or (
@@ -638,13 +826,11 @@ class LineStream(LineReader, asyncio.Protocol):
         code = int(status)
         if 100 <= code < 200:
             return  # an interim answer (100 Continue): the real head follows
-        self.status = code
         headers: CIMultiDict[str] = CIMultiDict()
         for field in fields:
             name, _, value = field.partition(":")
             headers.add(name.strip(), value.strip())
-        if not 200 <= code < 300:
-            self.headers = headers
+        self._got_head(code, headers)
         if "chunked" in headers.get("Transfer-Encoding", "").lower():
             self._state = _CHUNK_SIZE
         elif code in (204, 304):
@@ -654,77 +840,6 @@ class LineStream(LineReader, asyncio.Protocol):
             self._state = _LENGTH if self._left else _ENDED
         else:
             self._state = _UNTIL_CLOSE
-
-    # -- the reader's side ---------------------------------------------------------------------------------
-
-    async def head(self) -> None:
-        """Wait for the answer's status and headers (an error answer's whole body too)."""
-        while self._state == _HEAD or (not 200 <= self.status < 300 and self._state != _ENDED):
-            await self._more()
-
-    def _more(self) -> Awaitable[bool]:
-        # A future, not a coroutine: a follow waiting for its pod's next line holds no frame of ours.
-        if self._error is not None:
-            raise self._error
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
-        if self._state == _ENDED:
-            self._wake(False)
-        return waiter
-
-    def ready(self) -> list[bytes] | None:
-        if taken := take_lines(self._body):
-            self._taken()
-            return taken
-        if self._error is not None:
-            raise self._error
-        if self._state != _ENDED:
-            return []
-        if not self._body:
-            return None
-        last = [bytes(self._body)]
-        self._body.clear()
-        return last
-
-    def call_when_ready(self, listener: Callable[[], None]) -> bool:
-        self._listener = listener
-        if self._error is not None or self._state == _ENDED or b"\n" in self._body:
-            self._wake()  # already: called from the loop (call_soon), never from here
-        return True
-
-    def _taken(self) -> None:
-        if self._paused and len(self._body) <= LINES_BUFFER // 2 and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
-
-    def _wake(self, more: bool = True) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(more)
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            asyncio.get_running_loop().call_soon(listener)
-
-    def _fail(self, error: BaseException) -> None:
-        if self._error is None:
-            self._error = error
-        self._shut()
-        self._wake()
-
-    def _check_idle(self) -> None:
-        assert self._timeout is not None
-        now = asyncio.get_running_loop().time()
-        if self._paused or now - self._last < self._timeout:  # data came meanwhile, or we are not reading
-            self._timer = asyncio.get_running_loop().call_at(
-                max(now, self._last) + self._timeout, self._check_idle
-            )
-            return
-        self._timer = None
-        self._fail(aiohttp.ServerTimeoutError("Timeout on reading data from socket"))
-
-    def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
     async def handshake(self, context: ssl.SSLContext, server_hostname: str) -> None:
         """TLS over this connection, through memory buffers: asyncio's own TLS transport reads through a
@@ -749,20 +864,7 @@ class LineStream(LineReader, asyncio.Protocol):
             self._tls.sslobj.write(data)
             self._flush_tls()
 
-    def error_body(self) -> bytearray:
-        """An error answer's body (read whole by :meth:`head`)."""
-        return self._body
-
-    def release(self) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the connection (the body is not read further; a listener is not called)."""
-        self._listener = None
-        self._shut()
-
     def _shut(self) -> None:
-        self._stop_timer()
         if self._transport is not None:
             self._transport.close()
 
@@ -783,11 +885,19 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-async def shared_ssl_context(configuration: ClusterConfig) -> ssl.SSLContext:
-    """The TLS context for ``configuration``'s CA, client certificate and verification settings.
+async def shared_ssl_context(configuration: ClusterConfig, alpn: tuple[str, ...] = ()) -> ssl.SSLContext:
+    """The TLS context for ``configuration``'s CA, client certificate and verification settings, offering
+    the ``alpn`` protocols (a context of its own: aiohttp's connections speak HTTP/1.1 only).
 
     Built in a worker thread the first time, then shared by every transport of the process with the same
     settings. Files are keyed with their modification times, so a rotated CA or client certificate gets a
     new context.
     """
-    return await once_in_thread(configuration.tls_key(), configuration.ssl_context)
+
+    def build() -> ssl.SSLContext:
+        context = configuration.ssl_context()
+        if alpn:
+            context.set_alpn_protocols(list(alpn))
+        return context
+
+    return await once_in_thread((*configuration.tls_key(), alpn), build)

@@ -8,7 +8,6 @@ import json
 import logging
 import ssl
 import sys
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -25,7 +24,7 @@ from h2.errors import ErrorCodes
 from h2.frame_buffer import FrameBuffer
 from hyperframe.frame import GoAwayFrame, HeadersFrame
 from localkube.cluster import LocalKube
-from localkube.gates import close_gate, gate, open_gate
+from localkube.gates import gate, open_gate
 from localkube.h2front import H2Front
 from localkube.kubeletapi import self_signed
 from localkube.resources import CONFIGMAPS, PODS
@@ -223,14 +222,6 @@ async def client(h2_localkube: H2Front) -> AsyncIterator[Client]:
     opened = await Client.connect(h2_localkube.url, certificate=h2_localkube.certificate)  # TLS verified
     yield opened
     await opened.close()
-
-
-@pytest.fixture
-def gate_name() -> Iterator[str]:
-    name = f"h2front-{uuid.uuid4().hex[:8]}"
-    yield name
-    open_gate(name)  # a container still waiting ends
-    close_gate(name)
 
 
 async def until(condition: Callable[[], object]) -> None:

@@ -7,6 +7,8 @@ load by hand:
   kubeconfig written to a temporary directory (``localkube.kubeconfig``);
 - ``localkube_conn``: the id of an Airflow ``kubernetes`` connection (``kubernetes_default``) pointing at it;
 - ``localkube_async``: the same cluster started in the running loop of an async test;
+- ``gate_name``: a gate name (``localkube.gates``) of the test's own, opened and forgotten after it, so a
+  scripted container still waiting at it ends;
 - ``h2_localkube``: an HTTP/2 over TLS front (``localkube.h2front.H2Front``, at ``.url``, its kubeconfig at
   ``.kubeconfig``) to ``localkube_async``, in the same loop: what a real kube-apiserver's clients talk.
 
@@ -21,6 +23,7 @@ call ``localkube.create_namespaces("team-a")``.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +36,16 @@ if TYPE_CHECKING:
     from localkube.h2front import H2Front
 
 CONN_ID = "kubernetes_default"
+
+
+@pytest.fixture
+def gate_name() -> Iterator[str]:
+    from localkube.gates import close_gate, open_gate
+
+    name = f"gate-{uuid.uuid4().hex[:8]}"
+    yield name
+    open_gate(name)  # a container still waiting ends
+    close_gate(name)
 
 
 @pytest.fixture
