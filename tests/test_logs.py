@@ -715,3 +715,71 @@ async def test_a_streamer_reaching_max_streams_itself_narrows_to_the_deciding_re
     assert run.notes[1].startswith("This triggerer follows 1 replica logs, its limit (max_log_streams=1)")
     assert await run.stop() == ["[master-0] m"]
     assert log_requests(cluster, worker) == []
+
+
+def pod_lists(cluster: LocalKube, since: int) -> list:
+    """The LISTs of pods (not watches, not one pod's log) among the requests after ``since``."""
+    return [
+        r
+        for r in cluster.requests[since:]
+        if r.method == "GET" and r.path.endswith("/pods") and r.query.get("watch") != "true"
+    ]
+
+
+async def job_in_the_hub(cluster: LocalKube, hook: AsyncTrainingJobHook, stack: contextlib.AsyncExitStack):
+    """A PyTorchJob of one Master and one Worker, held by a hub's job watch (as a trigger's waiter has it)."""
+    hub = WatchHub()
+    job = {**job_body("job"), "kind": "PyTorchJob"}
+    job["spec"]["pytorchReplicaSpecs"]["Worker"] = job["spec"]["pytorchReplicaSpecs"]["Master"]
+    cluster.store.create(rtype(cluster, PYTORCH.resource), "default", job)
+    events = await stack.enter_async_context(hub.subscribe(hook, PYTORCH.resource, "default", name="job"))
+    assert (await anext(events)).type == "ADDED"
+    return hub
+
+
+@pytest.mark.parametrize("replicas", ["deciding", "all"])
+async def test_stop_lists_no_pods_when_every_chosen_pod_is_followed(env, replicas):
+    """1,000 jobs ending together were 1,000 LISTs on the way to their events: not when the hub's pod events
+    already showed every pod the job's status says its chosen replicas have."""
+    cluster, hook = env
+    async with contextlib.AsyncExitStack() as stack:
+        hub = await job_in_the_hub(cluster, hook, stack)
+        master, worker = add_pod(cluster, "Master", 0), add_pod(cluster, "Worker", 0)
+        for pod, text in ((master, "m"), (worker, "w")):
+            cluster.logs.write("default", pod, C, f"{text}\n")
+        run = Streaming(hook, hub=hub, replicas=replicas)
+        followed = [master] if replicas == "deciding" else [master, worker]
+        await until(lambda: all(follows(cluster, pod) for pod in followed))
+        await run.wait_for(len(followed))
+        for pod, text in ((master, "m"), (worker, "w")):  # written after the last line the follows emitted
+            cluster.logs.write("default", pod, C, f"{text} last\n")
+        since = len(cluster.requests)
+        lines = await run.stop()
+    assert pod_lists(cluster, since) == []
+    expected = {"[master-0] m", "[master-0] m last"}
+    if replicas == "all":
+        expected |= {"[worker-0] w", "[worker-0] w last"}
+    assert sorted(lines) == sorted(expected)  # each line once: the final reads of the running pods
+
+
+async def test_stop_lists_the_pods_when_one_was_not_seen_and_reads_it(env):
+    """The hub's pod watch has not shown the worker yet (its watch is down): the one LIST finds it, and its
+    log is read."""
+    cluster, hook = env
+    async with contextlib.AsyncExitStack() as stack:
+        hub = await job_in_the_hub(cluster, hook, stack)
+        master = add_pod(cluster, "Master", 0)
+        cluster.logs.write("default", master, C, "m\n")
+        run = Streaming(hook, hub=hub, replicas="all")
+        await run.wait_for(1)
+        held = cluster.faults.hold("no-pod-events", method="GET", path=r"/pods$")  # the next one
+        cluster.faults.end_watches()
+        await until(lambda: bool(held.arrived))  # the pod watch's resume waits: no pod event comes
+        worker = add_pod(cluster, "Worker", 0)
+        cluster.logs.write("default", worker, C, "w\n")
+        assert run.streamer.pod_names == [master]
+        since = len(cluster.requests)
+        lines = await run.stop()
+        held.open()
+    assert len(pod_lists(cluster, since)) == 1
+    assert sorted(lines) == ["[master-0] m", "[worker-0] w"]
