@@ -7,12 +7,15 @@ import contextlib
 import contextvars
 import json
 from collections.abc import AsyncIterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from localkube.cluster import LocalKube
 
+from airflow_provider_training import logs
+from airflow_provider_training.hooks import transport
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.kinds.registry import get_kind
@@ -783,3 +786,47 @@ async def test_stop_lists_the_pods_when_one_was_not_seen_and_reads_it(env):
         held.open()
     assert len(pod_lists(cluster, since)) == 1
     assert sorted(lines) == ["[master-0] m", "[worker-0] w"]
+
+
+async def test_a_backlog_is_handed_on_in_pieces_and_the_loop_runs_between_them(env, monkeypatch):
+    """What ``benchmarks/loop_lag.py`` measures, without a clock: a pod's log of megabytes ready at once is
+    taken from its stream a piece (``LINES_PIECE`` bytes) at a time, and the loop's other callbacks run
+    between the pieces. ``STEP_SECONDS`` 0: every step of the emit loop is over its time after one line, so
+    the longest the loop is held is one take, whatever the machine's speed."""
+    cluster, hook = env
+    monkeypatch.setattr(logs, "STEP_SECONDS", 0.0)
+    loop = asyncio.get_running_loop()
+    ticks = 0
+    ticking = True
+
+    def tick() -> None:  # another trigger's callback, again as soon as the loop gets round to it
+        nonlocal ticks
+        ticks += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    takes: list[tuple[int, int, int]] = []  # (bytes waiting, bytes taken, ticks) per take of the backlog
+    take_lines = transport.take_lines
+
+    def spy(body: bytearray) -> list[bytes]:
+        waiting = len(body)
+        lines = take_lines(body)
+        if lines and b"backlog" in lines[0]:
+            takes.append((waiting, sum(len(line) + 1 for line in lines), ticks))
+        return lines
+
+    monkeypatch.setattr(transport, "take_lines", spy)
+    master = add_pod(cluster, "Master", 0)
+    count = 30_000  # some 3.5 MB with the timestamps
+    cluster.logs.write("default", master, C, "".join(f"backlog {i:05d} {'x' * 80}\n" for i in range(count)))
+    loop.call_soon(tick)
+    try:
+        run = Streaming(hook)
+        await run.wait_for(count)
+        await run.stop()
+    finally:
+        ticking = False
+    assert run.lines == [f"[master-0] backlog {i:05d} {'x' * 80}" for i in range(count)]
+    assert max(waiting for waiting, _, _ in takes) > 4 * transport.LINES_PIECE  # a backlog was waiting
+    assert all(taken <= transport.LINES_PIECE for _, taken, _ in takes)  # and went on in pieces
+    assert all(before < after for (_, _, before), (_, _, after) in pairwise(takes))  # the loop ran between
