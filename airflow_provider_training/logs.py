@@ -162,6 +162,7 @@ class _Pod:
         "owner",
         "phase",
         "prefix",
+        "replica_type",
         "restarts",
         "restarts_read",
         "running",
@@ -180,7 +181,7 @@ class _Pod:
         self,
         owner: ReplicaLogStreamer,
         name: str,
-        prefix: str,
+        replica: ReplicaPod,
         container: str,
         pod: dict[str, Any],
         tail: int,
@@ -188,7 +189,8 @@ class _Pod:
     ) -> None:
         self.owner = owner
         self.name = name
-        self.prefix = prefix
+        self.replica_type = replica.replica_type
+        self.prefix = f"[{replica_label(replica)}] "
         self.container = container
         self.uid = _uid(pod)
         self.see(pod)
@@ -438,6 +440,8 @@ class ReplicaLogStreamer:
 
         The chosen pods are listed once more, so pods never followed are read too: those whose watch events
         had not arrived yet, and all of them when :meth:`run` never got to start (a job that ended at once).
+        Not when the followed pods are already as many as the job's status says are desired of the chosen
+        replicas, each started or ended (:meth:`_all_tracked`): then a job's end costs no LIST.
         A pod whose log was read to its end, its container stopped (its stream ended with it), is not read
         again.
         These reads retry like every other (until the wait's deadline, see ``hooks.retry.retry_until``).
@@ -502,7 +506,7 @@ class ReplicaLogStreamer:
             return None
         container = container_name(pod, self.kind.default_container)
         resumed = self.resume.get(_uid(pod) or name)
-        state = _Pod(self, name, f"[{replica_label(replica)}] ", container, pod, self.tail_lines, resumed)
+        state = _Pod(self, name, replica, container, pod, self.tail_lines, resumed)
         known = self._pods.get(name)
         if known is not None:  # deleted and created again under the same name (operators recreate pods)
             known.update(None)
@@ -547,14 +551,42 @@ class ReplicaLogStreamer:
         self.note(f"Streaming the logs of {followed} of {self.kind.kind} {self.namespace}/{self.job_name}")
         self._chosen = True
 
+    def _all_tracked(self) -> bool:
+        """Whether a LIST of the job's pods could show :meth:`_flush` nothing new: the pods followed from the
+        hub's pod events are as many as the job's status (as the hub holds it) says are desired of the chosen
+        replica types, and each has started or ended (a pod last seen not started may have run since).
+        Unknown, so ``False``: no job in the hub, the master-role pods (no replica types), a kind whose status
+        is read from its children, or counts without a desired number (the waiter's ``_all_pods_seen``)."""
+        if self.kind.status_needs_children or (isinstance(self.replicas, str) and self.replicas != "all"):
+            return False
+        job = self._cached_job()
+        if job is None:
+            return False
+        types = None if self.replicas == "all" else list(self.replicas)
+        desired = self.kind.status(job).desired_pods(types)
+        if desired is None:
+            return False
+        chosen = None if types is None else {name.lower() for name in types}
+        tracked = [
+            pod
+            for pod in self._pods.values()
+            if not pod.deleted and (chosen is None or pod.replica_type.lower() in chosen)
+        ]
+        return len(tracked) >= desired and all(
+            pod.has_run or pod.phase in _TERMINAL_PHASES for pod in tracked
+        )
+
     async def _flush(self) -> None:
         await self._choose()
-        master = self.replicas == "master"
-        try:
-            listed = await self.hook.list_job_pods(self.kind, self.job_name, self.namespace, master=master)
-        except Exception as err:
-            self._gaps.append(f"the job's pods could not be listed for the last log read: {err}")
-            listed = []  # read the pods known so far
+        listed: list[dict[str, Any]] = []  # none when every chosen pod is followed: no LIST per ending job
+        if not self._all_tracked():
+            master = self.replicas == "master"
+            try:
+                listed = await self.hook.list_job_pods(
+                    self.kind, self.job_name, self.namespace, master=master
+                )
+            except Exception as err:  # read the pods known so far
+                self._gaps.append(f"the job's pods could not be listed for the last log read: {err}")
         for pod in listed:
             known = self._pods.get(pod["metadata"]["name"])
             if known is not None and known.uid == _uid(pod):

@@ -538,8 +538,8 @@ class JobWaiter:
     def _all_pods_seen(self) -> bool:
         """Whether the watch showed as many pods as the status says replicas are desired (no LIST needed)."""
         status = self.status
-        desired = [c.desired for c in (status.replicas.values() if status else [])]
-        return bool(desired) and None not in desired and len(self.seen_pods) >= sum(d or 0 for d in desired)
+        desired = status.desired_pods() if status is not None else None
+        return desired is not None and len(self.seen_pods) >= desired
 
     async def _explain(self, event: WaitEvent, pods: list[RawObject]) -> None:
         """Failing replicas with exit codes, their last log lines, and the recent Warning events, from what

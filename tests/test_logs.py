@@ -7,12 +7,15 @@ import contextlib
 import contextvars
 import json
 from collections.abc import AsyncIterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from localkube.cluster import LocalKube
 
+from airflow_provider_training import logs
+from airflow_provider_training.hooks import transport
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.kinds.registry import get_kind
@@ -715,3 +718,115 @@ async def test_a_streamer_reaching_max_streams_itself_narrows_to_the_deciding_re
     assert run.notes[1].startswith("This triggerer follows 1 replica logs, its limit (max_log_streams=1)")
     assert await run.stop() == ["[master-0] m"]
     assert log_requests(cluster, worker) == []
+
+
+def pod_lists(cluster: LocalKube, since: int) -> list:
+    """The LISTs of pods (not watches, not one pod's log) among the requests after ``since``."""
+    return [
+        r
+        for r in cluster.requests[since:]
+        if r.method == "GET" and r.path.endswith("/pods") and r.query.get("watch") != "true"
+    ]
+
+
+async def job_in_the_hub(cluster: LocalKube, hook: AsyncTrainingJobHook, stack: contextlib.AsyncExitStack):
+    """A PyTorchJob of one Master and one Worker, held by a hub's job watch (as a trigger's waiter has it)."""
+    hub = WatchHub()
+    job = {**job_body("job"), "kind": "PyTorchJob"}
+    job["spec"]["pytorchReplicaSpecs"]["Worker"] = job["spec"]["pytorchReplicaSpecs"]["Master"]
+    cluster.store.create(rtype(cluster, PYTORCH.resource), "default", job)
+    events = await stack.enter_async_context(hub.subscribe(hook, PYTORCH.resource, "default", name="job"))
+    assert (await anext(events)).type == "ADDED"
+    return hub
+
+
+@pytest.mark.parametrize("replicas", ["deciding", "all"])
+async def test_stop_lists_no_pods_when_every_chosen_pod_is_followed(env, replicas):
+    """1,000 jobs ending together were 1,000 LISTs on the way to their events: not when the hub's pod events
+    already showed every pod the job's status says its chosen replicas have."""
+    cluster, hook = env
+    async with contextlib.AsyncExitStack() as stack:
+        hub = await job_in_the_hub(cluster, hook, stack)
+        master, worker = add_pod(cluster, "Master", 0), add_pod(cluster, "Worker", 0)
+        for pod, text in ((master, "m"), (worker, "w")):
+            cluster.logs.write("default", pod, C, f"{text}\n")
+        run = Streaming(hook, hub=hub, replicas=replicas)
+        followed = [master] if replicas == "deciding" else [master, worker]
+        await until(lambda: all(follows(cluster, pod) for pod in followed))
+        await run.wait_for(len(followed))
+        for pod, text in ((master, "m"), (worker, "w")):  # written after the last line the follows emitted
+            cluster.logs.write("default", pod, C, f"{text} last\n")
+        since = len(cluster.requests)
+        lines = await run.stop()
+    assert pod_lists(cluster, since) == []
+    expected = {"[master-0] m", "[master-0] m last"}
+    if replicas == "all":
+        expected |= {"[worker-0] w", "[worker-0] w last"}
+    assert sorted(lines) == sorted(expected)  # each line once: the final reads of the running pods
+
+
+async def test_stop_lists_the_pods_when_one_was_not_seen_and_reads_it(env):
+    """The hub's pod watch has not shown the worker yet (its watch is down): the one LIST finds it, and its
+    log is read."""
+    cluster, hook = env
+    async with contextlib.AsyncExitStack() as stack:
+        hub = await job_in_the_hub(cluster, hook, stack)
+        master = add_pod(cluster, "Master", 0)
+        cluster.logs.write("default", master, C, "m\n")
+        run = Streaming(hook, hub=hub, replicas="all")
+        await run.wait_for(1)
+        held = cluster.faults.hold("no-pod-events", method="GET", path=r"/pods$")  # the next one
+        cluster.faults.end_watches()
+        await until(lambda: bool(held.arrived))  # the pod watch's resume waits: no pod event comes
+        worker = add_pod(cluster, "Worker", 0)
+        cluster.logs.write("default", worker, C, "w\n")
+        assert run.streamer.pod_names == [master]
+        since = len(cluster.requests)
+        lines = await run.stop()
+        held.open()
+    assert len(pod_lists(cluster, since)) == 1
+    assert sorted(lines) == ["[master-0] m", "[worker-0] w"]
+
+
+async def test_a_backlog_is_handed_on_in_pieces_and_the_loop_runs_between_them(env, monkeypatch):
+    """What ``benchmarks/loop_lag.py`` measures, without a clock: a pod's log of megabytes ready at once is
+    taken from its stream a piece (``LINES_PIECE`` bytes) at a time, and the loop's other callbacks run
+    between the pieces. ``STEP_SECONDS`` 0: every step of the emit loop is over its time after one line, so
+    the longest the loop is held is one take, whatever the machine's speed."""
+    cluster, hook = env
+    monkeypatch.setattr(logs, "STEP_SECONDS", 0.0)
+    loop = asyncio.get_running_loop()
+    ticks = 0
+    ticking = True
+
+    def tick() -> None:  # another trigger's callback, again as soon as the loop gets round to it
+        nonlocal ticks
+        ticks += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    takes: list[tuple[int, int, int]] = []  # (bytes waiting, bytes taken, ticks) per take of the backlog
+    take_lines = transport.take_lines
+
+    def spy(body: bytearray) -> list[bytes]:
+        waiting = len(body)
+        lines = take_lines(body)
+        if lines and b"backlog" in lines[0]:
+            takes.append((waiting, sum(len(line) + 1 for line in lines), ticks))
+        return lines
+
+    monkeypatch.setattr(transport, "take_lines", spy)
+    master = add_pod(cluster, "Master", 0)
+    count = 30_000  # some 3.5 MB with the timestamps
+    cluster.logs.write("default", master, C, "".join(f"backlog {i:05d} {'x' * 80}\n" for i in range(count)))
+    loop.call_soon(tick)
+    try:
+        run = Streaming(hook)
+        await run.wait_for(count)
+        await run.stop()
+    finally:
+        ticking = False
+    assert run.lines == [f"[master-0] backlog {i:05d} {'x' * 80}" for i in range(count)]
+    assert max(waiting for waiting, _, _ in takes) > 4 * transport.LINES_PIECE  # a backlog was waiting
+    assert all(taken <= transport.LINES_PIECE for _, taken, _ in takes)  # and went on in pieces
+    assert all(before < after for (_, _, before), (_, _, after) in pairwise(takes))  # the loop ran between

@@ -86,6 +86,22 @@ class JobStatus:
         end = self.end or pendulum.now("UTC")
         return max(0.0, (end - self.start).total_seconds())
 
+    def desired_pods(self, types: Sequence[str] | None = None) -> int | None:
+        """How many pods the status says are desired of replica ``types`` (case-insensitive; ``None``: all
+        of them); ``None`` when that is not known: no replica counts, a type the counts do not name, or a
+        count without its desired number. What tells a watcher that it has seen every replica pod."""
+        if types is None:
+            counts = list(self.replicas.values())
+        else:
+            by_lower = {name.lower(): found for name, found in self.replicas.items()}
+            wanted = {name.lower() for name in types}
+            if not wanted <= by_lower.keys():
+                return None
+            counts = [by_lower[name] for name in wanted]
+        if not counts or any(c.desired is None for c in counts):
+            return None
+        return sum(c.desired or 0 for c in counts)
+
     def with_state(self, state: JobState, reason: str = "", message: str = "") -> JobStatus:
         return replace(self, state=state, reason=reason or self.reason, message=message or self.message)
 
@@ -307,6 +323,11 @@ class JobKind:
     @property
     def api_version(self) -> str:
         return self.resource.api_version
+
+    @property
+    def status_needs_children(self) -> bool:
+        """Whether :attr:`read_status` derives the status from child objects (the job's own has none)."""
+        return any(child.needed_for_status for child in self.children)
 
     def status(
         self, job: RawObject, children: ChildObjects | None = None, *, grace_seconds: float | None = None

@@ -66,13 +66,16 @@ def watch_open(cluster, since: int, plural: str) -> bool:
     )
 
 
-async def streaming_then_cut(cluster, hook) -> tuple[asyncio.Task, TaskLog]:
-    """A wait streaming the master's first 10 lines, then its log stream cut and every re-read dropped."""
+async def streaming_then_cut(cluster, hook, *, unseen_worker: bool = False) -> tuple[asyncio.Task, TaskLog]:
+    """A wait streaming the master's first 10 lines, then its log stream cut and every re-read dropped.
+    ``unseen_worker``: every replica followed, and the job has a Worker whose pod no watch has shown yet, so
+    the final flush lists the job's pods (with every chosen pod followed it lists none)."""
+    specs = {"Master": {"replicas": 1}, **({"Worker": {"replicas": 1}} if unseen_worker else {})}
     body = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": "flushed"},
-        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}}},
+        "spec": {"pytorchReplicaSpecs": specs},
     }
     cluster.store.create(rtype(cluster, PYTORCH.resource), "default", body)
     set_job(cluster, "Running")
@@ -83,7 +86,11 @@ async def streaming_then_cut(cluster, hook) -> tuple[asyncio.Task, TaskLog]:
     for i in range(1, 11):
         cluster.logs.write("default", POD, C, f"line {i}\n")
     task_log = TaskLog()
-    options = WaitOptions(deadline=datetime.now(UTC) + timedelta(seconds=50), check_interval=0.1)
+    options = WaitOptions(
+        deadline=datetime.now(UTC) + timedelta(seconds=50),
+        check_interval=0.1,
+        log_replicas="all" if unseen_worker else "master",
+    )
     waiter = JobWaiter(hook, PYTORCH, "flushed", "default", options, task_log)
     waiting = asyncio.create_task(waiter.wait())
     await until(lambda: "[master-0] line 10" in task_log.infos)
@@ -104,7 +111,7 @@ def emitted(task_log: TaskLog) -> list[str]:
 
 async def test_the_final_read_retries_until_it_gets_every_line(tmp_path: Path, monkeypatch) -> None:
     async with cluster_and_hook(tmp_path, monkeypatch) as (cluster, hook):
-        waiting, task_log = await streaming_then_cut(cluster, hook)
+        waiting, task_log = await streaming_then_cut(cluster, hook, unseen_worker=True)
         cluster.logs.close_container("default", POD, C)
         pod = cluster.store.get(rtype(cluster, PODS), "default", POD)
         set_pod_state(cluster, pod, "Succeeded", "terminated")
