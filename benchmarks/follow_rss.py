@@ -1,5 +1,6 @@
-"""What one open log follow costs: the RSS a process gains per open ``follow=true`` stream, over plain HTTP
-and over TLS, nothing else running in it; and per followed pod of ``ReplicaLogStreamer`` (``--streamer``).
+"""What one open log follow costs: the RSS a process gains per open ``follow=true`` stream, over plain HTTP,
+over TLS with HTTP/1.1 (a connection per follow) and over TLS with HTTP/2 (the follows share connections),
+nothing else running in it; and per followed pod of ``ReplicaLogStreamer`` (``--streamer``).
 
     .venv/bin/python benchmarks/follow_rss.py                      # 500 streams each way
     PYTHONPATH=/tmp/before .venv/bin/python benchmarks/follow_rss.py --streams 300   # an older tree
@@ -7,11 +8,13 @@ and over TLS, nothing else running in it; and per followed pod of ``ReplicaLogSt
     .venv/bin/python benchmarks/follow_rss.py --streamer --lines 5 --trace   # pods that said 5 lines; by site
 
 A server in a child process (asyncio; over TLS with localkube's self-signed kubelet certificate, not
-verified by the client) answers each GET with a chunked 200 head and then nothing, as a quiet pod's log
-follow does (``--lines K``: K timestamped lines in the first chunk, then nothing). The client opens one
-stream to warm up, then ``--streams`` more through one ``KubeTransport`` and reads VmRSS before and after
-(after a gc). A tree without ``KubeTransport.follow`` (before the provider's own stream) opens them with
-``stream()``, an aiohttp response each.
+verified by the client; for ``h2`` an HTTP/2 server on the ``h2`` library that allows 1,000 streams per
+connection) answers each GET with a 200 head and then nothing, as a quiet pod's log follow does
+(``--lines K``: K timestamped lines in the first chunk, then nothing). The client opens one stream to warm
+up, then ``--streams`` more through one ``KubeTransport`` and reads VmRSS and tracemalloc's traced size
+before and after (after a gc). RSS alone can hide a small cost in memory the warm-up left free. A
+tree without ``KubeTransport.follow`` (before the provider's own stream) opens them with ``stream()``, an
+aiohttp response each.
 
 ``--streamer``: ``--jobs`` streamers (``log_replicas="all"``, each with its own hook, as each trigger has),
 each following the two running pods (Master, Worker) of its job. The pods come from a stand-in for the
@@ -58,6 +61,31 @@ async def main():
 asyncio.run(main())
 """
 
+SERVER_H2 = r"""
+import asyncio, sys
+import h2.config, h2.connection, h2.events, h2.settings
+from localkube.kubeletapi import serving_context
+async def main():
+    context = serving_context("127.0.0.1", "follow-rss")
+    context.set_alpn_protocols(["h2"])
+    async def handle(reader, writer):
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.local_settings = h2.settings.Settings(
+            client=False, initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000}
+        )
+        conn.initiate_connection()
+        writer.write(conn.data_to_send())
+        while data := await reader.read(65536):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    conn.send_headers(event.stream_id, [(":status", "200"), ("content-type", "text/plain")])
+            writer.write(conn.data_to_send())
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context, backlog=4096)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
 
 def rss_kb() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -68,8 +96,9 @@ def rss_kb() -> int:
 
 @contextlib.contextmanager
 def silent_server(scheme: str, lines: int = 0) -> Any:
+    code, mode = (SERVER_H2, "h2") if scheme == "h2" else (SERVER, "tls" if scheme == "https" else "plain")
     server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, "tls" if scheme == "https" else "plain", str(lines)],
+        [sys.executable, "-c", code, mode, str(lines)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
@@ -81,13 +110,17 @@ def silent_server(scheme: str, lines: int = 0) -> Any:
         server.wait()
 
 
-async def measure(scheme: str, streams: int) -> tuple[float, str]:
+async def measure(scheme: str, streams: int) -> tuple[float, float, str, str]:
+    """RSS and tracemalloc's live allocations per open follow, the follows' type, their connections."""
+    import tracemalloc
+
     from airflow_provider_training.hooks.kubeconfig import ClusterConfig
     from airflow_provider_training.hooks.transport import KubeTransport
 
     with silent_server(scheme) as port:
         # The server's certificate is self-signed and not verified: the handshake and the session are whole.
-        transport = KubeTransport(ClusterConfig(host=f"{scheme}://127.0.0.1:{port}", verify_ssl=False))
+        url = f"{'https' if scheme == 'h2' else scheme}://127.0.0.1:{port}"
+        transport = KubeTransport(ClusterConfig(host=url, verify_ssl=False))
         async with contextlib.AsyncExitStack() as stack:
 
             async def follow(n: int) -> Any:
@@ -100,13 +133,20 @@ async def measure(scheme: str, streams: int) -> tuple[float, str]:
 
             kept = [await follow(0)]
             gc.collect()
+            tracemalloc.start()
+            traced_before = tracemalloc.get_traced_memory()[0]
             before = rss_kb()
             for n in range(1, streams + 1):
                 kept.append(await follow(n))
             gc.collect()
             grown = rss_kb() - before
+            traced = tracemalloc.get_traced_memory()[0] - traced_before
+            tracemalloc.stop()
+            links = getattr(getattr(transport, "_pool", None), "h2", None)
+            count = len(links.links) if links else 0
+            connections = f"{count} connection{'s' if count > 1 else ''}" if count else "a connection each"
         await transport.close()
-        return grown / streams, type(kept[0]).__name__
+        return grown / streams, traced / streams / 1024, type(kept[0]).__name__, connections
 
 
 # -- a followed pod of ReplicaLogStreamer --------------------------------------------------------------------
@@ -341,13 +381,21 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=300, help="--streamer: streamers (2 pods each)")
     parser.add_argument("--lines", type=int, default=0, help="--streamer: lines each pod said first")
     parser.add_argument("--trace", action="store_true", help="--streamer: tracemalloc by site")
+    parser.add_argument(
+        "--schemes",
+        default="http,https,h2",
+        help="of http, https (HTTP/1.1 over TLS), h2 (a tree before h2: no h2)",
+    )
     args = parser.parse_args()
     if args.streamer:
         print("\n".join(asyncio.run(measure_streamer(args))))
         return
-    for scheme in ("http", "https"):
-        per_stream, kind = asyncio.run(measure(scheme, args.streams))
-        print(f"{scheme:5}  {args.streams} open follows: {per_stream:6.1f} KB of RSS per stream ({kind})")
+    for scheme in args.schemes.split(","):
+        rss, traced, kind, connections = asyncio.run(measure(scheme, args.streams))
+        print(
+            f"{scheme:5}  {args.streams} open follows: {rss:6.1f} KB of RSS and {traced:5.2f} KiB traced "
+            f"per stream ({kind}, {connections})"
+        )
 
 
 if __name__ == "__main__":

@@ -457,7 +457,10 @@ def measure_real(mode: str, jobs: int, args: argparse.Namespace, workdir: Path) 
             time.sleep(0.25)
         m.settled_s = None if settled is None else settled - started
         m.startup_lag_max = max((s["lag"] for s in child.samples), default=0.0)
+        quiet_from = time.monotonic()
         time.sleep(args.settle)
+        # What the armed, quiet process holds before the flips (the samples' clock is CLOCK_MONOTONIC too).
+        m.steady_rss_kb = [s["rss_kb"] for s in child.samples if s["t"] >= quiet_from]
         before = server.requests()
         flipped = time.monotonic()
         flip = server.flip(observer, names, args.flip_rate)
@@ -528,6 +531,16 @@ def report_real(runs: list[Measurement], args: argparse.Namespace) -> None:
             f"{m.jobs:>5} {MODES[m.mode]:<32} jobs {m.setup_s:6.1f} s   armed {m.subscribed_s or 0:5.1f} s   "
             f"settled {settled} s   start-up lag max {m.startup_lag_max:.2f} s   "
             f"peak RSS {mb(m.peak_rss_kb)} MB"
+        )
+    print(
+        "\nmemory over TLS before the flips: RSS median of the samples in the --settle window after arming"
+        "\n(n samples, min-max), and per job = (that - RSS before the triggers started) / N"
+    )
+    for m in runs:
+        rss = spread([v / 1024 for v in m.steady_rss_kb], "{:.0f}")
+        print(
+            f"{m.jobs:>5} {MODES[m.mode]:<32} before {mb(m.rss_before_kb)} MB   armed {rss} MB   "
+            f"per job {m.per_job_kb:.1f} KB"
         )
 
 
