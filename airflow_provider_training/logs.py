@@ -53,8 +53,10 @@ _followed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[_Pod]] = wea
 
 
 def default_stream_limit() -> int:
-    """Half the process's open-file limit (``ulimit -n``): each followed pod holds a socket, and the
-    process needs descriptors for everything else (its watches, requests, the database, log files)."""
+    """Half the process's open-file limit (``ulimit -n``): each followed pod holds a socket over plain HTTP
+    (over TLS the follows share HTTP/2 connections, but each still holds a connection from the API server to
+    the pod's kubelet), and the process needs descriptors for everything else (its watches, requests, the
+    database, log files)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return 1 << 20 if soft == resource.RLIM_INFINITY else max(1, soft // 2)
 

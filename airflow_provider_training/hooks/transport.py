@@ -283,7 +283,27 @@ class KubeTransport:
         return json.loads(raw) if raw else {}
 
     async def read_bytes(self, path: str, *, query: Query | None = None) -> bytes:
-        """One GET whose body is not JSON (pod logs), as raw bytes."""
+        """One GET whose body is not JSON (pod logs), as raw bytes. Over TLS without a proxy it is a stream
+        of the follows' HTTP/2 connections: when many jobs end together their final log reads share those,
+        where each would otherwise open and handshake a TLS connection of its own."""
+        pool = self._pooled()
+        if pool.direct() and not str(self._configuration.host).startswith("http://"):
+            with contextlib.suppress(_NoHttp2):
+                async with asyncio.timeout(self._timeout.total):
+                    stream = await self._authorized(
+                        lambda: self._connect(pool, path, query, self._timeout.total, http1=False)
+                    )
+                    try:
+                        if not 200 <= stream.status < 300:
+                            _raise_for_status(
+                                stream.status,
+                                bytes(stream.error_body()),
+                                stream.headers or CIMultiDict(),
+                                describe_request("GET", path, query),
+                            )
+                        return await stream.read_body()
+                    finally:
+                        stream.close()
         resp = await self._send("GET", path, query, None, "application/json", "*/*", self._timeout)
         async with resp:
             raw = await resp.read()
@@ -336,10 +356,11 @@ class KubeTransport:
         return reader
 
     async def _connect(
-        self, pool: _Pool, path: str, query: Query | None, read_timeout: float | None
+        self, pool: _Pool, path: str, query: Query | None, read_timeout: float | None, *, http1: bool = True
     ) -> PushedLines:
         """Send the GET, read the answer's head (an error answer's body too): on a shared HTTP/2 connection
-        over TLS if the server speaks it, else on a connection of its own."""
+        over TLS if the server speaks it, else (unless not ``http1``: :class:`_NoHttp2`) on a connection of
+        its own."""
         headers = await self._headers("*/*")
         url = self._url(path, query)
         parts = urlsplit(url)
@@ -365,6 +386,8 @@ class KubeTransport:
                 return link
 
             answer = await links.open(connect, request_headers(authority, target, headers), read_timeout)
+        if answer is None and not http1:
+            raise _NoHttp2
         if answer is None:
             lines = [f"GET {target} HTTP/1.1", f"Host: {authority}"]
             lines += [f"{name}: {value}" for name, value in headers.items()]
@@ -401,6 +424,10 @@ class KubeTransport:
             raise aiohttp.ClientConnectorSSLError(key, err) from err
         except OSError as err:
             raise aiohttp.ClientConnectorError(key, err) from err
+
+
+class _NoHttp2(Exception):
+    """The server does not speak HTTP/2 (or this is not TLS): the caller goes another way."""
 
 
 async def _read_closing(resp: aiohttp.ClientResponse) -> bytes:
@@ -631,6 +658,18 @@ class PushedLines(LineReader):
         last = [bytes(self._body)]
         self._body.clear()
         return last
+
+    async def read_body(self) -> bytes:
+        """The rest of the body, whole, once it ended (for answers read whole, not as lines)."""
+        parts = []
+        while True:
+            if self._body:
+                parts.append(bytes(self._body))
+                self._body.clear()
+                self._taken()
+            if self._state == _ENDED and self._error is None:
+                return b"".join(parts)
+            await self._more()
 
     def call_when_ready(self, listener: Callable[[], None]) -> bool:
         self._listener = listener

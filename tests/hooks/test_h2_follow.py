@@ -5,10 +5,12 @@ connection, a reader that falls behind, and a server that does not speak HTTP/2.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -59,10 +61,45 @@ async def start_pods(kube: LocalKube, gate_name: str, *names: str) -> None:
     await until(lambda: all("before" in kube.logs.text(NS, name, "main") for name in names))
 
 
+@contextlib.asynccontextmanager
+async def finished_pod(kube: LocalKube, name: str, lines: list[str]) -> AsyncIterator[None]:
+    """A pod that wrote ``lines`` (all of them, then exited), for the block."""
+    register_script(name, {"default": {"duration": 0, "logs": lines}})
+    try:
+        kube.store.create(
+            PODS,
+            NS,
+            {
+                "metadata": {"name": name},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]},
+            },
+        )
+        await until(lambda: kube.logs.text(NS, name, "main").count("\n") == len(lines))
+        yield
+    finally:
+        unregister_script(name)
+
+
 def transport_for(front: H2Front) -> KubeTransport:
     assert front.kubeconfig is not None
     kubeconfig = yaml.safe_load(Path(front.kubeconfig).read_text())
     return KubeTransport(static_config(kubeconfig, None, str(Path(front.kubeconfig).parent)))
+
+
+@contextlib.asynccontextmanager
+async def own_front(
+    kube: LocalKube, tmp_path: Path, **options: Any
+) -> AsyncIterator[tuple[H2Front, KubeTransport]]:
+    """A front of the test's own (``options``: H2Front's) and a transport to it, for the block."""
+    front = H2Front(kube.url, **options)
+    await front.start()
+    front.write_kubeconfig(tmp_path / "front.kubeconfig", kube.token)
+    transport = transport_for(front)
+    try:
+        yield front, transport
+    finally:
+        await transport.close()
+        await front.close()
 
 
 @pytest.fixture
@@ -107,11 +144,7 @@ async def test_followed_pods_share_one_connection_each_a_stream(
 async def test_past_the_servers_stream_limit_a_second_connection_opens(
     localkube_async: LocalKube, tmp_path: Path, gate_name: str
 ) -> None:
-    front = H2Front(localkube_async.url, max_concurrent_streams=2)
-    await front.start()
-    front.write_kubeconfig(tmp_path / "front.kubeconfig", localkube_async.token)
-    transport = transport_for(front)
-    try:
+    async with own_front(localkube_async, tmp_path, max_concurrent_streams=2) as (front, transport):
         await start_pods(localkube_async, gate_name, "a", "b", "c")
         streams = [await follow(transport, name) for name in ("a", "b", "c")]
         firsts = [await stream.lines() for stream in streams]
@@ -120,9 +153,6 @@ async def test_past_the_servers_stream_limit_a_second_connection_opens(
         assert firsts == [[b"a before"], [b"b before"], [b"c before"]]
         for stream in streams:
             stream.close()
-    finally:
-        await transport.close()
-        await front.close()
 
 
 async def test_an_error_answer_is_the_api_error_and_the_connection_goes_on(
@@ -229,17 +259,7 @@ async def test_a_reader_that_falls_behind_holds_back_its_window_and_then_reads_e
     """A log of some 3 MB, more than the stream's buffer and window together: while nobody reads, the stream
     stops acknowledging (the server stops at the window); reading then takes every line, in order."""
     lines = [f"line {n:06d} " + "x" * 90 for n in range(30_000)]
-    register_script("big", {"default": {"duration": 0, "logs": lines}})
-    try:
-        localkube_async.store.create(
-            PODS,
-            NS,
-            {
-                "metadata": {"name": "big"},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]},
-            },
-        )
-        await until(lambda: localkube_async.logs.text(NS, "big", "main").count("\n") == len(lines))
+    async with finished_pod(localkube_async, "big", lines):
         stream = await follow(transport, "big")
         assert isinstance(stream, H2Stream)
         await until(lambda: stream._paused)
@@ -249,8 +269,6 @@ async def test_a_reader_that_falls_behind_holds_back_its_window_and_then_reads_e
         assert LINES_BUFFER < held <= LINES_BUFFER + STREAM_WINDOW
 
         assert await read_all(stream) == lines
-    finally:
-        unregister_script("big")
 
 
 async def test_through_the_hook_a_followed_log_is_an_http2_stream(
@@ -275,11 +293,7 @@ async def test_through_the_hook_a_followed_log_is_an_http2_stream(
 async def test_a_server_that_does_not_choose_h2_gets_a_connection_per_follow(
     localkube_async: LocalKube, tmp_path: Path, gate_name: str
 ) -> None:
-    front = H2Front(localkube_async.url, alpn=("http/1.1",))
-    await front.start()
-    front.write_kubeconfig(tmp_path / "front.kubeconfig", localkube_async.token)
-    transport = transport_for(front)
-    try:
+    async with own_front(localkube_async, tmp_path, alpn=("http/1.1",)) as (front, transport):
         await start_pods(localkube_async, gate_name, "a", "b")
         streams = [await follow(transport, name) for name in ("a", "b")]
         firsts = [await stream.lines() for stream in streams]
@@ -291,6 +305,46 @@ async def test_a_server_that_does_not_choose_h2_gets_a_connection_per_follow(
         assert front.connections_made == 3, "the ALPN probe, then a connection per follow"
         for stream in streams:
             stream.close()
-    finally:
-        await transport.close()
-        await front.close()
+
+
+async def test_a_log_read_whole_is_a_stream_of_the_follows_connection(
+    localkube_async: LocalKube, h2_localkube: H2Front, transport: KubeTransport, gate_name: str
+) -> None:
+    """When many jobs end together, their final log reads share the follows' connection: no handshake each."""
+    await start_pods(localkube_async, gate_name, "a")
+    live = await follow(transport, "a")
+    path = f"/api/v1/namespaces/{NS}/pods/a/log"
+
+    whole = await transport.read_bytes(path)
+    with pytest.raises(KubeApiError) as missing:
+        await transport.read_bytes(f"/api/v1/namespaces/{NS}/pods/no-such-pod/log")
+
+    assert whole == b"a before\n"
+    assert missing.value.status == 404
+    assert (h2_localkube.connections_made, h2_localkube.streams_opened) == (1, 3)
+    live.close()
+
+
+async def test_a_large_log_read_whole_over_http2_is_complete(
+    localkube_async: LocalKube, h2_localkube: H2Front, transport: KubeTransport
+) -> None:
+    """Some 3 MB: more than a stream's window and buffer, so the read acknowledges as it takes the body."""
+    lines = [f"line {n:06d} " + "y" * 90 for n in range(30_000)]
+    async with finished_pod(localkube_async, "whole", lines):
+        whole = await transport.read_bytes(f"/api/v1/namespaces/{NS}/pods/whole/log")
+
+        assert whole.decode().splitlines() == lines
+        assert h2_localkube.streams_opened == 1
+
+
+async def test_without_http2_a_log_read_whole_goes_through_the_session(
+    localkube_async: LocalKube, tmp_path: Path, gate_name: str
+) -> None:
+    async with own_front(localkube_async, tmp_path, alpn=("http/1.1",)) as (front, transport):
+        await start_pods(localkube_async, gate_name, "a")
+        whole = await transport.read_bytes(f"/api/v1/namespaces/{NS}/pods/a/log")
+        pool = transport._pooled()
+
+        assert whole == b"a before\n"
+        assert pool.h2 is not None and pool.h2.refused
+        assert front.streams_opened == 0
