@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -348,3 +349,26 @@ async def test_without_http2_a_log_read_whole_goes_through_the_session(
         assert whole == b"a before\n"
         assert pool.h2 is not None and pool.h2.refused
         assert front.streams_opened == 0
+
+
+def test_http2_follows_and_reads_run_on_uvloop_as_the_api_server_runs_them(tmp_path: Path) -> None:
+    """The Training tab follows and reads logs in the api-server, whose loop is uvloop's (its TLS transport is
+    uvloop's own, not asyncio's)."""
+    import uvloop
+
+    async def follow_and_read() -> tuple[type, list[bytes] | None, bytes]:
+        async with LocalKube() as kube, own_front(kube, tmp_path) as (_front, transport):
+            name = f"uvloop-{uuid.uuid4().hex[:6]}"
+            await start_pods(kube, name, "a")
+            stream = await follow(transport, "a")
+            first = await stream.lines()
+            whole = await transport.read_bytes(f"/api/v1/namespaces/{NS}/pods/a/log")
+            stream.close()
+            open_gate(name)
+            return type(stream), first, whole
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        kind, first, whole = runner.run(follow_and_read())
+
+    assert kind is H2Stream
+    assert (first, whole) == ([b"a before"], b"a before\n")
