@@ -372,9 +372,9 @@ class KubeTransport:
         server_name = self._configuration.tls_server_name or host
         answer: PushedLines | None = None
         if context is not None and not (pool.h2 is not None and pool.h2.refused):
+            links = await pool.multiplexed()  # first: it imports the module (and h2) in a thread
             from airflow_provider_training.hooks.multiplex import H2Link, request_headers
 
-            links = await pool.multiplexed()
             alpn_context = await pool.tls(ALPN)
 
             async def connect() -> H2Link:

@@ -372,3 +372,51 @@ def test_http2_follows_and_reads_run_on_uvloop_as_the_api_server_runs_them(tmp_p
 
     assert kind is H2Stream
     assert (first, whole) == ([b"a before"], b"a before\n")
+
+
+IMPORT_PROBE = r"""
+import asyncio, importlib.abc, sys, threading, tempfile
+from pathlib import Path
+
+loaded_in = []
+
+class Probe(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "airflow_provider_training.hooks.multiplex":
+            loaded_in.append(threading.current_thread() is threading.main_thread())
+        return None
+
+sys.meta_path.insert(0, Probe())
+from localkube.cluster import LocalKube
+from localkube.h2front import H2Front
+import yaml
+from airflow_provider_training.hooks.kubeconfig import static_config
+from airflow_provider_training.hooks.transport import KubeTransport
+
+async def main():
+    async with LocalKube() as kube:
+        front = H2Front(kube.url)
+        await front.start()
+        path = front.write_kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig", kube.token)
+        transport = KubeTransport(static_config(yaml.safe_load(path.read_text()), None, str(path.parent)))
+        try:
+            await transport.read_bytes("/api/v1/namespaces")
+        finally:
+            await transport.close()
+            await front.close()
+
+asyncio.run(main())
+print("on the loop's thread" if any(loaded_in) else f"in another thread ({len(loaded_in)})")
+"""
+
+
+def test_the_first_http2_stream_imports_its_module_off_the_loop() -> None:
+    """A triggerer's loop must not stall on an import (h2 takes some 100 ms cold): the module is imported in
+    a thread (``offloop.import_off_loop``) before anything of it runs on the loop."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "in another thread (1)"
