@@ -14,6 +14,8 @@ import datetime as dt
 import logging
 import os
 import platform
+import ssl
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +49,7 @@ DEFAULT_NODE = "localkube-agent"
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40  # the Lease's leaseDurationSeconds, as a kubelet's (4 renewals)
 LEASE_NAMESPACE = "kube-node-lease"
+STOP_SECONDS = 10.0  # the longest wait for the kubelet endpoint's thread to start or stop serving
 MERGE_PATCH = "application/merge-patch+json"
 LEASES = ResourceType(
     "coordination.k8s.io", "v1", "leases", "Lease", "lease", subresources=frozenset(), builtin=True
@@ -95,7 +98,7 @@ class Agent:
         self.task_errors: list[BaseException] = []
         self.kubelet: Any = None  # the pod runtime, once started
         self._tasks: list[asyncio.Task] = []
-        self._runner: web.AppRunner | None = None
+        self._kubelet_server: KubeletServer | None = None
 
     @property
     def store(self) -> RemoteApi:
@@ -179,12 +182,9 @@ class Agent:
         if self.client_ca_file is not None:
             authorizer = KubeletAuthorizer(self.node_name, self._review)
         app = kubelet_app(self.api, self.logs, authorizer)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
         tls = serving_context(self.address, f"{self.node_name}@localkube", self.client_ca_file)
-        site = web.TCPSite(self._runner, self.address, self.kubelet_port, ssl_context=tls)
-        await site.start()
-        self.kubelet_port = self._runner.addresses[0][1]
+        self._kubelet_server = KubeletServer(app, self.address, self.kubelet_port, tls)
+        self.kubelet_port = await asyncio.to_thread(self._kubelet_server.start)
 
     async def _review(self, review: dict) -> dict:
         """POST a SubjectAccessReview (off the loop: the server may take a while) and return its answer."""
@@ -270,9 +270,9 @@ class Agent:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._kubelet_server is not None:
+            await asyncio.to_thread(self._kubelet_server.stop)
+            self._kubelet_server = None
         await asyncio.to_thread(self.api.close)
 
     async def __aenter__(self) -> Agent:
@@ -281,3 +281,37 @@ class Agent:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+class KubeletServer:
+    """The kubelet endpoint (``app``) on a thread and event loop of its own, as a kubelet serves logs apart
+    from its pod work: the controllers and the runtime write to the API server synchronously from the agent's
+    loop (``RemoteApi``), and while 100 jobs a second end those writes held the loop for up to 0.7 s, and with
+    it every ``pods/log`` request kube-apiserver proxied here (``benchmarks/README.md``, "Status change to
+    event"). What the app reads is safe from another thread: the mirror's objects under its lock, the logs
+    under theirs (``PodLogs`` wakes a follower on the follower's own loop)."""
+
+    def __init__(self, app: web.Application, address: str, port: int, tls: ssl.SSLContext) -> None:
+        self.app, self.address, self.port, self.tls = app, address, port, tls
+        self._loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.1)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="localkube-kubelet", daemon=True)
+
+    def start(self) -> int:
+        """Serve, and return the port it listens on (a free one when ``port`` is 0)."""
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(STOP_SECONDS)
+        return int(self._runner.addresses[0][1])
+
+    async def _listen(self) -> None:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.address, self.port, ssl_context=self.tls).start()
+
+    def stop(self) -> None:
+        """Stop serving (open log follows are cut) and end the thread."""
+        try:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(STOP_SECONDS)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(STOP_SECONDS)
+            self._loop.close()
