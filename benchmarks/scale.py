@@ -123,6 +123,12 @@ class Measurement:
     write_answered: list[float] = field(default_factory=list)  # real server: the status PATCH's round trip
     flip_lag_max: float = 0.0  # the trigger process's longest loop lag while the events came
     flip_behind_s: float = 0.0  # how far the real server's status writes fell behind the flip rate
+    # Real server, with logs: observed -> event split at the log streamer's stop() (the final reads).
+    until_stop: list[float] = field(default_factory=list)  # observed -> stop() began
+    stop_s: list[float] = field(default_factory=list)  # stop() itself: follows cancelled, final reads
+    after_stop: list[float] = field(default_factory=list)  # stop() ended -> event
+    final_reads: list[float] = field(default_factory=list)  # each final read, sent -> body read
+    flip_cpu: dict[str, float] = field(default_factory=dict)  # % of one core over the flips, by process
     events: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -159,6 +165,7 @@ class Child:
         self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
         self.samples: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        self.stops: list[dict[str, Any]] = []  # each job's ReplicaLogStreamer.stop(), with logs
         self.stderr_path = stderr
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -170,6 +177,8 @@ class Child:
                 self.samples.append(message)
             elif message["type"] == "event":
                 self.events.append(message)
+            elif message["type"] == "stop":
+                self.stops.append(message)
             else:
                 self.messages.put(message)
         self.messages.put({"type": "eof"})
@@ -463,9 +472,18 @@ def measure_real(mode: str, jobs: int, args: argparse.Namespace, workdir: Path) 
         m.steady_rss_kb = [s["rss_kb"] for s in child.samples if s["t"] >= quiet_from]
         before = server.requests()
         flipped = time.monotonic()
-        flip = server.flip(observer, names, args.flip_rate)
+        trigger_pid = child.proc.pid
+
+        def cpu_now() -> dict[str, float]:
+            return {**server.cpu_seconds(), "trigger process": scale_real.process_cpu_seconds(trigger_pid)}
+
+        cpu_before = cpu_now()
+        flip = server.flip(observer, names, args.flip_rate, end=args.end)
         m.flip_behind_s = flip.behind_s
         await_events(m, child, args)
+        cpu_after = cpu_now()
+        span = time.monotonic() - flipped - 0.2  # await_events sleeps 0.2 s after the last event
+        m.flip_cpu = {name: 100 * (cpu_after[name] - used) / span for name, used in cpu_before.items()}
         m.steady_kinds = dict(server.requests() - before)  # here: what the server answered over the flips
         m.flip_lag_max = max((s["lag"] for s in child.samples if s["t"] >= flipped), default=0.0)
         for event in list(child.events):
@@ -479,6 +497,15 @@ def measure_real(mode: str, jobs: int, args: argparse.Namespace, workdir: Path) 
             if (seen := observer.observed.get(event["name"])) is not None:
                 m.server_latencies.append(seen - written)
                 m.client_latencies.append(event["t"] - seen)
+        events_at = {event["name"]: event["t"] for event in child.events}
+        for stop in list(child.stops):
+            seen, at = observer.observed.get(stop["name"]), events_at.get(stop["name"])
+            if seen is None or at is None:
+                continue
+            m.until_stop.append(stop["began"] - seen)
+            m.stop_s.append(stop["ended"] - stop["began"])
+            m.after_stop.append(at - stop["ended"])
+            m.final_reads.extend(stop["reads"])
         m.peak_rss_kb = max((s["rss_kb"] for s in child.samples), default=0)
     finally:
         if child is not None:
@@ -494,7 +521,12 @@ def report_real(runs: list[Measurement], args: argparse.Namespace) -> None:
         f"\nscale.py --server real: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs; kube-apiserver and etcd "
         f"(scripts/realkube/build.sh), localkube agent as the controller and kubelet; {args.flip_rate:g} "
-        "status writes/s"
+        + (
+            "status writes/s"
+            if args.end == "status"
+            else "jobs ended/s by their replicas (--end replicas: the gates opened, the agent's controller "
+            "writes Succeeded; 'write' below is the gate's write)"
+        )
     )
     table(
         "status change (the status PATCH sent) to trigger event, ms",
@@ -516,6 +548,29 @@ def report_real(runs: list[Measurement], args: argparse.Namespace) -> None:
             f"{pct(patch, 0.5):>9.0f} {pct(patch, 0.99):>5.0f}  {m.flip_lag_max:>9.2f}  {events}"
             f"{' (' + '; '.join(notes) + ')' if notes else ''}"
         )
+    split = [m for m in runs if m.stop_s]
+    if split:
+        table(
+            "observed->event split at the log streamer's stop(), which the waiter awaits before the event "
+            "(ms):\nobserved->stop() began, stop() (the follows cancelled, then the final reads), stop() "
+            "ended->event; each final read (sent -> body read)",
+            f"{'N':>5} {'mode':<32} {'->stop p50':>10} {'p99':>6}  {'stop p50':>8} {'p99':>6}  "
+            f"{'stop->event p50':>15} {'p99':>5}  {'reads':>6} {'read p50':>8} {'p99':>6} {'max':>6}",
+        )
+        for m in split:
+            until, stop, after, reads = (
+                [v * 1000 for v in values] for values in (m.until_stop, m.stop_s, m.after_stop, m.final_reads)
+            )
+            print(
+                f"{m.jobs:>5} {MODES[m.mode]:<32} {pct(until, 0.5):>10.0f} {pct(until, 0.99):>6.0f}  "
+                f"{pct(stop, 0.5):>8.0f} {pct(stop, 0.99):>6.0f}  {pct(after, 0.5):>15.0f} "
+                f"{pct(after, 0.99):>5.0f}  {len(reads):>6} {pct(reads, 0.5):>8.0f} {pct(reads, 0.99):>6.0f} "
+                f"{max(reads, default=float('nan')):>6.0f}"
+            )
+    print("\nCPU over the flips (first write to last event), % of one core, by process")
+    for m in runs:
+        used = "   ".join(f"{name} {share:.0f}" for name, share in m.flip_cpu.items())
+        print(f"{m.jobs:>5} {MODES[m.mode]:<32} {used}")
     print(
         "\nrequests kube-apiserver answered from the first status write to the last event"
         "\n(apiserver_request_total; the benchmark's status PATCHes and gate ConfigMaps,"

@@ -435,6 +435,36 @@ def census() -> Counter[str]:
     return Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
 
 
+def time_log_stops() -> None:
+    """Report each job's ``ReplicaLogStreamer.stop()`` (what the waiter awaits before it builds the event: the
+    follows cancelled, then the final reads) as a ``stop`` line: when it began and ended, and how long each
+    log read it made took (send to body read). Wraps the class's methods in this process only; the provider
+    is not changed."""
+    from airflow_provider_training.logs import ReplicaLogStreamer
+
+    stop, read = ReplicaLogStreamer.stop, ReplicaLogStreamer._read
+    reads: dict[int, list[float]] = {}
+
+    async def timed_read(self: Any, pod: Any, *, previous: bool = False) -> None:
+        began = time.monotonic()
+        try:
+            await read(self, pod, previous=previous)
+        finally:
+            if self._stopping:
+                reads.setdefault(id(self), []).append(time.monotonic() - began)
+
+    async def timed_stop(self: Any) -> list[str]:
+        began = time.monotonic()
+        try:
+            return await stop(self)
+        finally:
+            made = reads.pop(id(self), [])
+            send("stop", name=self.job_name, began=began, ended=time.monotonic(), reads=made)
+
+    ReplicaLogStreamer._read = timed_read  # type: ignore[method-assign]
+    ReplicaLogStreamer.stop = timed_stop  # type: ignore[method-assign]
+
+
 def run_triggers(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import airflow.sdk  # noqa: F401  (what a triggerer has imported anyway)
@@ -449,6 +479,8 @@ def run_triggers(args: argparse.Namespace) -> None:
     import greenback  # noqa: F401
 
     triggers = build_triggers(args)
+    if args.mode in ("hub-logs", "hub-deciding"):
+        time_log_stops()
     gc.collect()
     profiler = Profiler(Path(args.profile)) if args.profile else None
     send("ready", t=time.monotonic(), import_s=imported - BOOTED, rss_kb=rss_kb(), cpu_s=cpu_seconds())

@@ -15,6 +15,12 @@ request is sent; then it opens the job's gate over the API (a ConfigMap the agen
 reads), so the replicas exit 0 right after, as a worker that outlives its master would. A thread of the
 benchmark keeps a plain watch on the jobs and stamps when each terminal event arrives: ``write->observed``
 is the real server's fan-out as any watch client sees it, ``observed->event`` about the provider's share.
+
+``--end replicas`` ends each job as a Kubeflow operator does: the benchmark opens the gates only, the replicas
+exit 0, and the agent's controller writes Succeeded once the Master's pod ended (``write`` is then the gate's
+write, and ``observed->event`` the figure: the cluster's own time to write the status is not the provider's).
+With logs, the trigger process also reports each job's ``ReplicaLogStreamer.stop()`` (the final reads the
+waiter awaits before the event), and the CPU each process used over the flips is read from ``/proc``.
 """
 
 from __future__ import annotations
@@ -227,10 +233,14 @@ class RealServer:
     def pods(self) -> int:
         return len(self.api.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"])
 
-    def flip(self, observer: Observer, names: list[str], rate: float) -> Flip:
+    def flip(self, observer: Observer, names: list[str], rate: float, *, end: str = "status") -> Flip:
         """Each job's Succeeded status, ``rate`` jobs a second in batches every 0.1 s, then its gate. The
         writes of a batch go out at once over ``WRITERS`` connections (one PATCH takes 20-30 ms here, so one
-        connection would fall behind 100 a second)."""
+        connection would fall behind 100 a second).
+
+        ``end="replicas"``: no status write; each batch's gate only (``written`` is when its ConfigMap was
+        sent), so the replicas exit 0 and the agent's controller writes Succeeded once the Master's pod has
+        ended, as Kubeflow's training operator does."""
         result = Flip()
         per_tick = max(1, round(rate / 10))
         local = threading.local()
@@ -254,7 +264,11 @@ class RealServer:
                     time.sleep(ahead)
                 result.behind_s = max(result.behind_s, time.perf_counter() - due)
                 batch = names[i : i + per_tick]
-                list(pool.map(write, batch))
+                if end == "status":
+                    list(pool.map(write, batch))
+                else:
+                    opened = time.perf_counter()
+                    result.written.update(dict.fromkeys(batch, opened))
                 gates = {
                     "apiVersion": "v1",
                     "kind": "ConfigMap",
@@ -262,7 +276,14 @@ class RealServer:
                     "data": {f"end-{name}": "" for name in batch},
                 }
                 self.api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", gates)
+                if end != "status":
+                    result.answered.update(dict.fromkeys(batch, time.perf_counter()))
         return result
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system, s) each process of the cluster has used so far: etcd, kube-apiserver,
+        kube-controller-manager, the agent."""
+        return {name: process_cpu_seconds(process.pid) for name, process in self.cluster._processes.items()}
 
     def _metrics(self, name: str) -> list[tuple[dict[str, str], float]]:
         conn = self.api._connect()
@@ -318,6 +339,15 @@ class RealServer:
         self.cluster.stop()
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """``utime + stime`` of ``pid`` from ``/proc/<pid>/stat``, in seconds (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
@@ -331,4 +361,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=180.0,
         help="real server: longest wait for the set-up's requests to die down before the flips, s (180)",
+    )
+    parser.add_argument(
+        "--end",
+        default="status",
+        choices=("status", "replicas"),
+        help="real server: how a job ends. status (default): its Succeeded status is PATCHed, then the "
+        "replicas exit; replicas: the replicas exit and the agent's controller writes Succeeded once the "
+        "Master ended, as Kubeflow's training operator does (the figure is then observed->event)",
     )
