@@ -263,7 +263,7 @@ class H2Links:
     def __init__(self) -> None:
         self.links: list[H2Link] = []
         self.refused = False  # the server chose HTTP/1.1: follows go on their own connections
-        self._opening: asyncio.Task[H2Link | None] | None = None
+        self._opening: asyncio.Task[None] | None = None
 
     async def open(
         self,
@@ -283,16 +283,15 @@ class H2Links:
             await asyncio.shield(self._opening)
         return None
 
-    async def _connect(self, connect: Callable[[], Awaitable[H2Link]]) -> H2Link | None:
+    async def _connect(self, connect: Callable[[], Awaitable[H2Link]]) -> None:
         try:
             link = await connect()
             if link.protocol != "h2":
                 link.close()
                 self.refused = True
-                return None
+                return
             await link.settled()
             self.links.append(link)
-            return link
         finally:
             self._opening = None
 
