@@ -237,9 +237,10 @@ class H2Link(asyncio.Protocol):
 
     def forget(self, stream_id: int) -> None:
         self.streams.pop(stream_id, None)
-        self._close_if_idle()
+        self.close_if_idle()
 
-    def _close_if_idle(self) -> None:
+    def close_if_idle(self) -> None:
+        """Say GOAWAY and close, if no stream is open."""
         if not self.streams and self._transport is not None:
             if not self.closing:
                 self.closing = True
@@ -258,12 +259,14 @@ class H2Link(asyncio.Protocol):
 
 class H2Links:
     """The HTTP/2 connections of one configuration on one loop: a follow takes a stream of the first with
-    room; one connection opens at a time, for every follow waiting for room."""
+    room; one connection opens at a time, for every follow waiting for room. A connection closes when its
+    last stream ends, or unused when the follows that waited for it gave up (cancelled, timed out)."""
 
     def __init__(self) -> None:
         self.links: list[H2Link] = []
         self.refused = False  # the server chose HTTP/1.1: follows go on their own connections
-        self._opening: asyncio.Task[H2Link | None] | None = None
+        self._opening: asyncio.Task[None] | None = None
+        self._waiting = 0  # follows waiting for the opening (woken ones too, until they take their stream)
 
     async def open(
         self,
@@ -280,21 +283,35 @@ class H2Links:
                 return link.open_stream(headers, read_timeout)  # no await since has_room
             if self._opening is None:
                 self._opening = asyncio.ensure_future(self._connect(connect))
-            await asyncio.shield(self._opening)
+            self._waiting += 1
+            try:
+                await asyncio.shield(self._opening)
+            except BaseException:
+                self._waiting -= 1
+                self._close_unused()
+                raise
+            self._waiting -= 1  # and on to its stream, with no await between
         return None
 
-    async def _connect(self, connect: Callable[[], Awaitable[H2Link]]) -> H2Link | None:
+    async def _connect(self, connect: Callable[[], Awaitable[H2Link]]) -> None:
         try:
             link = await connect()
             if link.protocol != "h2":
                 link.close()
                 self.refused = True
-                return None
+                return
             await link.settled()
             self.links.append(link)
-            return link
+            self._close_unused()
         finally:
             self._opening = None
+
+    def _close_unused(self) -> None:
+        """If no follow waits for a stream any more, close the connections that carry none: an opening's
+        followers that all gave up (before it settled, or before they resumed) took none of it."""
+        if not self._waiting:
+            for link in self.links:
+                link.close_if_idle()
 
     def close(self) -> None:
         for link in self.links:

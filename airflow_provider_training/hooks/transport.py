@@ -179,10 +179,16 @@ def _pool_for(configuration: ClusterConfig) -> _Pool:
 
 
 class _Answer(Protocol):
-    """An HTTP answer as the credential retry sees it."""
+    """An HTTP answer (an aiohttp response, a :class:`PushedLines`) as the credential retry and the error
+    check see it."""
 
     @property
     def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str] | None: ...
+
+    async def read(self) -> bytes: ...
 
     def release(self) -> Any: ...
 
@@ -221,17 +227,28 @@ class KubeTransport:
     async def _open(self) -> aiohttp.ClientSession:
         return await self._pooled().open()
 
-    async def _send(self, *args: Any) -> aiohttp.ClientResponse:
-        return await self._authorized(lambda: self._send_once(*args))
+    async def _send(self, method: str, path: str, query: Query | None, *rest: Any) -> aiohttp.ClientResponse:
+        request = describe_request(method, path, query)
+        return await self._authorized(lambda: self._send_once(method, path, query, *rest), request)
 
-    async def _authorized(self, send: Callable[[], Awaitable[AnswerT]]) -> AnswerT:
-        """``send()``'s answer; after a 401 the credentials are loaded again and it is sent once more."""
+    async def _authorized(self, send: Callable[[], Awaitable[AnswerT]], request: ApiRequest) -> AnswerT:
+        """``send()``'s answer; after a 401 the credentials are loaded again and it is sent once more. An
+        error answer (not 2xx) is read whole, released (an aiohttp connection goes back to the pool) and
+        raised as :class:`KubeApiError` (on ``request``)."""
         answer = await send()
         if answer.status == 401 and self._reload_credentials is not None:
             answer.release()
             fresh = await self._reload_credentials()
             self._configuration.take_credentials(fresh)
             answer = await send()
+        if not 200 <= answer.status < 300:
+            try:
+                raw = await answer.read()
+            finally:
+                answer.release()
+            error = KubeApiError.from_response(answer.status, raw, answer.headers or CIMultiDict())
+            error.request = request
+            raise error
         return answer
 
     async def _headers(self, accept: str, content_type: str = "application/json") -> dict[str, str]:
@@ -279,7 +296,6 @@ class KubeTransport:
         resp = await self._send(method, path, query, body, content_type, "application/json", self._timeout)
         async with resp:
             raw = await resp.read()
-            _raise_for_status(resp.status, raw, resp.headers, describe_request(method, path, query))
         return json.loads(raw) if raw else {}
 
     async def read_bytes(self, path: str, *, query: Query | None = None) -> bytes:
@@ -291,24 +307,16 @@ class KubeTransport:
             with contextlib.suppress(_NoHttp2):
                 async with asyncio.timeout(self._timeout.total):
                     stream = await self._authorized(
-                        lambda: self._connect(pool, path, query, self._timeout.total, http1=False)
+                        lambda: self._connect(pool, path, query, self._timeout.total, http1=False),
+                        describe_request("GET", path, query),
                     )
                     try:
-                        if not 200 <= stream.status < 300:
-                            _raise_for_status(
-                                stream.status,
-                                bytes(stream.error_body()),
-                                stream.headers or CIMultiDict(),
-                                describe_request("GET", path, query),
-                            )
-                        return await stream.read_body()
+                        return await stream.read()
                     finally:
                         stream.close()
         resp = await self._send("GET", path, query, None, "application/json", "*/*", self._timeout)
         async with resp:
-            raw = await resp.read()
-            _raise_for_status(resp.status, raw, resp.headers, describe_request("GET", path, query))
-        return raw
+            return await resp.read()
 
     @asynccontextmanager
     async def stream(
@@ -320,10 +328,6 @@ class KubeTransport:
         )
         resp = await self._send("GET", path, query, None, "application/json", "*/*", timeout)
         try:
-            if not 200 <= resp.status < 300:
-                _raise_for_status(
-                    resp.status, await resp.read(), resp.headers, describe_request("GET", path, query)
-                )
             yield resp
         finally:
             resp.close()
@@ -342,18 +346,12 @@ class KubeTransport:
             timeout = aiohttp.ClientTimeout(
                 total=None, sock_connect=self._timeout.sock_connect, sock_read=read_timeout
             )
-            resp = await self._send("GET", path, query, None, "application/json", "*/*", timeout)
-            reader: LineReader = ResponseLines(resp)
-            status, headers = resp.status, CIMultiDict(resp.headers)
-            error_body = b"" if 200 <= status < 300 else await _read_closing(resp)
-        else:
-            stream = await self._authorized(lambda: self._connect(pool, path, query, read_timeout))
-            reader, status, headers = stream, stream.status, stream.headers or CIMultiDict()
-            error_body = bytes(stream.error_body())
-        if not 200 <= status < 300:
-            reader.close()
-            _raise_for_status(status, error_body, headers, describe_request("GET", path, query))
-        return reader
+            return ResponseLines(
+                await self._send("GET", path, query, None, "application/json", "*/*", timeout)
+            )
+        return await self._authorized(
+            lambda: self._connect(pool, path, query, read_timeout), describe_request("GET", path, query)
+        )
 
     async def _connect(
         self, pool: _Pool, path: str, query: Query | None, read_timeout: float | None, *, http1: bool = True
@@ -428,20 +426,6 @@ class KubeTransport:
 
 class _NoHttp2(Exception):
     """The server does not speak HTTP/2 (or this is not TLS): the caller goes another way."""
-
-
-async def _read_closing(resp: aiohttp.ClientResponse) -> bytes:
-    try:
-        return await resp.read()
-    finally:
-        resp.close()
-
-
-def _raise_for_status(status: int, raw: bytes, headers: Mapping[str, str], request: ApiRequest) -> None:
-    if not 200 <= status < 300:
-        error = KubeApiError.from_response(status, raw, headers)
-        error.request = request
-        raise error
 
 
 async def iter_lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
@@ -659,8 +643,9 @@ class PushedLines(LineReader):
         self._body.clear()
         return last
 
-    async def read_body(self) -> bytes:
-        """The rest of the body, whole, once it ended (for answers read whole, not as lines)."""
+    async def read(self) -> bytes:
+        """The rest of the body, whole, once it ended (for answers read whole, not as lines; an error
+        answer's body, which :meth:`head` read)."""
         parts = []
         while True:
             if self._body:
@@ -712,10 +697,6 @@ class PushedLines(LineReader):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-    def error_body(self) -> bytearray:
-        """An error answer's body (read whole by :meth:`head`)."""
-        return self._body
 
     def release(self) -> None:
         self.close()

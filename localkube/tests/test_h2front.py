@@ -461,6 +461,25 @@ async def test_a_client_closing_its_connection_ends_the_upstream_requests(
     await until(lambda: upstream_connections(localkube_async) == 0)
 
 
+async def test_a_hold_keeps_the_fronts_settings_until_its_gate_opens(
+    h2_localkube: H2Front, gate_name: str
+) -> None:
+    h2_localkube.hold = gate_name
+    parts = urlsplit(h2_localkube.url)
+    _, writer = await asyncio.open_connection(parts.hostname, parts.port, ssl=tls("h2"))
+    await asyncio.wait_for(asyncio.to_thread(gate(gate_name).wait_reached), WAIT)
+    writer.close()  # a client that gives up while held: the front lets the connection go
+    await until(lambda: h2_localkube.connections == 0)
+
+    connecting = asyncio.ensure_future(Client.connect(h2_localkube.url))
+    await until(lambda: len(gate(gate_name).arrived) == 2)
+    assert not connecting.done(), "no SETTINGS of the front's yet: ours are not acknowledged"
+    open_gate(gate_name)
+    client = await connecting
+    assert client.conn.remote_settings.max_concurrent_streams == 100
+    await client.close()
+
+
 async def test_http11_by_alpn_is_a_byte_pipe(localkube_async: LocalKube) -> None:
     front = H2Front(localkube_async.url, alpn=("http/1.1",))
     await front.start()

@@ -254,6 +254,26 @@ async def test_closing_follows_resets_their_streams_and_the_last_closes_the_conn
     await until(lambda: h2_localkube.connections == 0)
 
 
+async def test_a_connection_whose_follows_gave_up_while_it_opened_closes_unused(
+    h2_localkube: H2Front, transport: KubeTransport, gate_name: str
+) -> None:
+    """Follows cancelled while their connection waits for the server's SETTINGS (held at a gate): when it
+    settles nobody takes a stream of it, and it closes rather than stay open until the pool closes."""
+    h2_localkube.hold = gate_name
+    follows = [asyncio.ensure_future(follow(transport, pod)) for pod in ("a", "b")]
+    await asyncio.wait_for(asyncio.to_thread(gate(gate_name).wait_reached), WAIT)
+    for task in follows:
+        task.cancel()
+    outcomes = await asyncio.gather(*follows, return_exceptions=True)
+    open_gate(gate_name)
+
+    assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes)
+    await until(lambda: h2_localkube.connections == 0)
+    with pytest.raises(KubeApiError):  # the next follow opens a connection of its own
+        await follow(transport, "no-such-pod")
+    assert (h2_localkube.connections_made, h2_localkube.streams_opened) == (2, 1)
+
+
 async def test_a_reader_that_falls_behind_holds_back_its_window_and_then_reads_everything(
     localkube_async: LocalKube, h2_localkube: H2Front, transport: KubeTransport
 ) -> None:

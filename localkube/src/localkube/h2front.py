@@ -9,7 +9,9 @@ and proxies each stream to it (one shared aiohttp session), streaming each answe
 pipe to the upstream port instead.
 
 Tests drive the front: :meth:`H2Front.goaway`, :meth:`H2Front.reset` and :meth:`H2Front.drop` do to the
-client what a real server's shutdown, a cancelled stream and a broken connection do.
+client what a real server's shutdown, a cancelled stream and a broken connection do; :attr:`H2Front.hold`
+(a gate's name, :mod:`localkube.gates`) keeps new HTTP/2 connections from their SETTINGS until it opens, as
+a slow server would: their clients cannot open a stream meanwhile.
 
 ``python -m localkube.h2front --upstream http://127.0.0.1:PORT [--max-streams N]`` prints the front's port
 and serves until SIGTERM or SIGINT.
@@ -36,6 +38,7 @@ from hyperframe.frame import GoAwayFrame
 from multidict import CIMultiDict
 from yarl import URL
 
+from localkube.gates import gate
 from localkube.kubeconfig import write_kubeconfig
 from localkube.kubeletapi import self_signed, serving_context
 
@@ -74,6 +77,8 @@ class _Client:
     # -- HTTP/2 --------------------------------------------------------------------------------------------
 
     async def serve_h2(self, reader: asyncio.StreamReader) -> None:
+        if self.front.hold is not None and not await self.held(self.front.hold):
+            return
         settings = h2.settings.SettingCodes
         conn = self.h2 = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
@@ -103,6 +108,21 @@ class _Client:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def held(self, name: str) -> bool:
+        """Wait at gate ``name`` before anything is sent; False if the client closed meanwhile."""
+        opened = asyncio.ensure_future(gate(name).wait(f"h2 connection {self.front.connections_made}"))
+        closed = asyncio.ensure_future(self.closed())
+        try:
+            await asyncio.wait({opened, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+            closed.cancel()
+        return opened.done() and not opened.cancelled()
+
+    async def closed(self) -> None:
+        with contextlib.suppress(ConnectionError, OSError):  # how it closed does not matter here
+            await self.writer.wait_closed()
 
     def handle(self, event: h2.events.Event) -> bool:
         """Apply one event from the client; False when the connection is over."""
@@ -302,6 +322,7 @@ class H2Front:
         self.kubeconfig: Path | None = None
         self.connections_made = 0
         self.streams_opened = 0
+        self.hold: str | None = None  # a gate each new HTTP/2 connection waits at before its SETTINGS
         self._server: asyncio.Server | None = None
         self._session: aiohttp.ClientSession | None = None
         self._clients: set[_Client] = set()
