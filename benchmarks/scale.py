@@ -475,7 +475,11 @@ def measure_real(mode: str, jobs: int, args: argparse.Namespace, workdir: Path) 
         trigger_pid = child.proc.pid
 
         def cpu_now() -> dict[str, float]:
-            return {**server.cpu_seconds(), "trigger process": scale_real.process_cpu_seconds(trigger_pid)}
+            return {
+                **server.cpu_seconds(),
+                "trigger process": scale_real.process_cpu_seconds(trigger_pid),
+                "benchmark (writes, watch)": scale_real.process_cpu_seconds(os.getpid()),
+            }
 
         cpu_before = cpu_now()
         flip = server.flip(observer, names, args.flip_rate, end=args.end)
@@ -553,18 +557,22 @@ def report_real(runs: list[Measurement], args: argparse.Namespace) -> None:
         table(
             "observed->event split at the log streamer's stop(), which the waiter awaits before the event "
             "(ms):\nobserved->stop() began, stop() (the follows cancelled, then the final reads), stop() "
-            "ended->event; each final read (sent -> body read)",
+            "ended->event; the two outside stop() together (the provider's share besides the reads), per "
+            "job; each final read (sent -> body read)",
             f"{'N':>5} {'mode':<32} {'->stop p50':>10} {'p99':>6}  {'stop p50':>8} {'p99':>6}  "
-            f"{'stop->event p50':>15} {'p99':>5}  {'reads':>6} {'read p50':>8} {'p99':>6} {'max':>6}",
+            f"{'stop->event p50':>15} {'p99':>5}  {'outside stop() p50':>18} {'p99':>5}  "
+            f"{'reads':>6} {'read p50':>8} {'p99':>6} {'max':>6}",
         )
         for m in split:
             until, stop, after, reads = (
                 [v * 1000 for v in values] for values in (m.until_stop, m.stop_s, m.after_stop, m.final_reads)
             )
+            outside = [a + b for a, b in zip(until, after, strict=True)]  # observed->event less stop()
             print(
                 f"{m.jobs:>5} {MODES[m.mode]:<32} {pct(until, 0.5):>10.0f} {pct(until, 0.99):>6.0f}  "
                 f"{pct(stop, 0.5):>8.0f} {pct(stop, 0.99):>6.0f}  {pct(after, 0.5):>15.0f} "
-                f"{pct(after, 0.99):>5.0f}  {len(reads):>6} {pct(reads, 0.5):>8.0f} {pct(reads, 0.99):>6.0f} "
+                f"{pct(after, 0.99):>5.0f}  {pct(outside, 0.5):>18.0f} {pct(outside, 0.99):>5.0f}  "
+                f"{len(reads):>6} {pct(reads, 0.5):>8.0f} {pct(reads, 0.99):>6.0f} "
                 f"{max(reads, default=float('nan')):>6.0f}"
             )
     print("\nCPU over the flips (first write to last event), % of one core, by process")
