@@ -287,12 +287,12 @@ class KubeletServer:
     """The kubelet endpoint (``app``) on a thread and event loop of its own, as a kubelet serves logs apart
     from its pod work: the controllers and the runtime write to the API server synchronously from the agent's
     loop (``RemoteApi``), and while 100 jobs a second end those writes held the loop for up to 0.7 s, and with
-    it every ``pods/log`` request kube-apiserver proxied here (``benchmarks/README.md``, "Status change to
-    event"). What the app reads is safe from another thread: the mirror's objects under its lock, the logs
-    under theirs (``PodLogs`` wakes a follower on the follower's own loop)."""
+    it every ``pods/log`` request kube-apiserver proxied here (``benchmarks/README.md``, "Where the with-logs
+    status change to event goes"). What the app reads is safe from another thread: the mirror's objects under
+    its lock, the logs under theirs (``PodLogs`` wakes a follower on the follower's own loop)."""
 
     def __init__(self, app: web.Application, address: str, port: int, tls: ssl.SSLContext) -> None:
-        self.app, self.address, self.port, self.tls = app, address, port, tls
+        self.address, self.port, self.tls = address, port, tls
         self._loop = asyncio.new_event_loop()
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.1)
         self._thread = threading.Thread(target=self._loop.run_forever, name="localkube-kubelet", daemon=True)
