@@ -186,9 +186,11 @@ def json_names(cluster: RealCluster) -> set[str]:
 # -- 429 ---------------------------------------------------------------------------------------------------
 
 
-def slow_reader(cluster: RealCluster, token: str) -> ssl.SSLSocket:
-    """A client that asks for ~24 MB of ConfigMaps and reads none of it: kube-apiserver's write blocks once
-    the socket buffers are full, and the request holds the only read-only in-flight slot until closed."""
+def hold_read_slot(cluster: RealCluster, token: str) -> ssl.SSLSocket | None:
+    """A client that asks for ~24 MB of ConfigMaps and reads only the status line: kube-apiserver's write
+    blocks once the socket buffers are full, and the request holds the only read-only in-flight slot until
+    closed. None if the request was itself answered 429 (another read held the slot as it arrived): the
+    caller tries again, as a test that polls the limit right after sending the request would race it."""
     raw = socket.socket()
     raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     host, _, port = cluster.url.removeprefix("https://").rpartition(":")
@@ -200,7 +202,18 @@ def slow_reader(cluster: RealCluster, token: str) -> ssl.SSLSocket:
         f"Authorization: Bearer {token}\r\nAccept: application/json\r\n\r\n"
     )
     conn.sendall(request.encode())
-    return conn
+    head = b""
+    while b"\r\n" not in head and len(head) < 64:
+        chunk = conn.recv(64 - len(head))
+        if not chunk:
+            break
+        head += chunk
+    if head.startswith(b"HTTP/1.1 200 "):
+        return conn
+    conn.close()
+    if head.startswith(b"HTTP/1.1 429 "):
+        return None
+    raise AssertionError(f"the held read was answered {head!r}")
 
 
 def refused(cluster: RealCluster, token: str) -> str | None:
@@ -253,7 +266,7 @@ def test_a_429_is_retried_after_its_retry_after(throttled_cluster, monkeypatch, 
                 "data": {"blob": "x" * 1_000_000},
             }
         )
-    hold = slow_reader(cluster, token)
+    hold = cluster.wait_for(lambda: hold_read_slot(cluster, token), 30)
     try:
         retry_after = cluster.wait_for(lambda: refused(cluster, token), 30)
         assert retry_after == "1"
