@@ -275,7 +275,8 @@ class H2Links:
         read_timeout: float | None,
     ) -> H2Stream | None:
         """A stream on a shared connection (connected with ``connect()`` if none has room), its GET sent;
-        ``None`` if the server does not speak HTTP/2."""
+        ``None`` if the server does not speak HTTP/2. ``connect()`` returns a connection whose SETTINGS came
+        when the server chose ``h2``, and bounds that wait."""
         while not self.refused:
             self.links = [link for link in self.links if not link.closing]
             link = next((link for link in self.links if link.has_room()), None)
@@ -300,7 +301,6 @@ class H2Links:
                 link.close()
                 self.refused = True
                 return
-            await link.settled()
             self.links.append(link)
             self._close_unused()
         finally:

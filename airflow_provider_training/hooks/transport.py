@@ -376,11 +376,19 @@ class KubeTransport:
             alpn_context = await pool.tls(ALPN)
 
             async def connect() -> H2Link:
+                """A connection and, if the server chose ``h2``, its SETTINGS: both within the connect
+                timeout, so a server that never settles fails the follows as one that never answers."""
                 async with self._dialing(key, url):
                     loop = asyncio.get_running_loop()
                     _, link = await loop.create_connection(
                         H2Link, host, port, ssl=alpn_context, server_hostname=server_name
                     )
+                    if link.protocol == "h2":
+                        try:
+                            await link.settled()
+                        except BaseException:
+                            link.close()
+                            raise
                 return link
 
             answer = await links.open(connect, request_headers(authority, target, headers), read_timeout)

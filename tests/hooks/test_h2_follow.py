@@ -274,6 +274,29 @@ async def test_a_connection_whose_follows_gave_up_while_it_opened_closes_unused(
     assert (h2_localkube.connections_made, h2_localkube.streams_opened) == (2, 1)
 
 
+async def test_a_server_that_never_sends_its_settings_fails_the_follow_within_the_connect_timeout(
+    localkube_async: LocalKube, tmp_path: Path, gate_name: str
+) -> None:
+    """The server takes the connection and never settles it (its SETTINGS held at a gate that stays shut):
+    the follow fails as a connect timeout, a transient error the streamer retries, and the connection is
+    closed, rather than waiting for ever."""
+    async with own_front(localkube_async, tmp_path) as (front, _):
+        assert front.kubeconfig is not None
+        kubeconfig = yaml.safe_load(Path(front.kubeconfig).read_text())
+        config = static_config(kubeconfig, None, str(Path(front.kubeconfig).parent))
+        transport = KubeTransport(config, request_timeout=5.0)  # the connect timeout: 5 s
+        front.hold = gate_name
+        try:
+            with pytest.raises(aiohttp.ConnectionTimeoutError) as failure:
+                await asyncio.wait_for(follow(transport, "no-such-pod"), WAIT)
+            assert gate(gate_name).arrived == ["h2 connection 1"], "the server took it and held its SETTINGS"
+            assert is_transient(failure.value)
+            await until(lambda: front.connections == 0)
+        finally:
+            open_gate(gate_name)
+            await transport.close()
+
+
 async def test_a_reader_that_falls_behind_holds_back_its_window_and_then_reads_everything(
     localkube_async: LocalKube, h2_localkube: H2Front, transport: KubeTransport
 ) -> None:
