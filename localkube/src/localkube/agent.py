@@ -308,10 +308,12 @@ class KubeletServer:
         await web.TCPSite(self._runner, self.address, self.port, ssl_context=self.tls).start()
 
     def stop(self) -> None:
-        """Stop serving (open log follows are cut) and end the thread."""
+        """Stop serving (open log follows are cut) and end the thread. A loop still running after the wait
+        (a handler that ignores cancellation) is left to the daemon thread: closing a running loop raises."""
         try:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(STOP_SECONDS)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(STOP_SECONDS)
-            self._loop.close()
+            if not self._thread.is_alive():
+                self._loop.close()
