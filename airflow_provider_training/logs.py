@@ -650,7 +650,8 @@ class ReplicaLogStreamer:
                     continue
                 await self._catch_up_restarts(pod, pod.restarts)
                 if not pod.running:
-                    await self._read(pod)
+                    if not pod.read_to_end:  # a stream that ended with the container read everything
+                        await self._read(pod)
                     if pod.phase in _TERMINAL_PHASES:
                         return
                     await pod.wait_change()
@@ -730,8 +731,17 @@ class ReplicaLogStreamer:
         log.debug("Log stream of pod %s interrupted (%s); resuming", pod.name, err)
 
     async def _after_stream(self, pod: _Pod) -> None:
-        """After a stream: the pod read again (gone, or another incarnation: deleted); a running pod whose
-        stream said nothing is not followed again before ``retry_interval`` (or a change)."""
+        """After a stream. One that ended with its container (nothing unread) usually ends before the
+        kubelet reports the container's end: the pod watch brings that (or a restart, or the pod's
+        deletion), so the pod is neither read nor followed again meanwhile. Only when the watch brings no
+        change within ``retry_interval``, or the stream broke, is the pod read again (gone, or another
+        incarnation: deleted); a running pod whose stream said nothing is not followed again before
+        ``retry_interval`` (or a change)."""
+        if pod.unread is None and not pod.deleted:
+            if pod.running:
+                await pod.wait_change(self.retry_interval)
+            if pod.changed or not pod.running:
+                return
         try:
             fresh = await self.hook.get_pod(self.namespace, pod.name)
         except Exception as err:
