@@ -739,6 +739,7 @@ class ReplicaLogStreamer:
         ``retry_interval`` (or a change)."""
         if pod.unread is None and not pod.deleted:
             if pod.running:
+                pod.changed = False  # a change seen before the end is in what it says: still running
                 await pod.wait_change(self.retry_interval)
             if pod.changed or not pod.running:
                 return

@@ -287,13 +287,20 @@ async def test_a_stream_that_ends_before_the_kubelet_reports_the_end_is_not_open
     """The kubelet ends a follow when the container exits and reports the exit a moment later (its status
     sync): meanwhile the pod still says its container runs. The follow waits for the pod watch to bring the
     end: no second follow, no read of the pod, and none of its log once the end comes (the stream read it
-    all). Before, each ending replica cost a follow opened again and two reads of the pod."""
+    all). Before, each ending replica cost a follow opened again and two reads of the pod. A change the
+    watch brought while the stream was open, its container still running, is no reason to open it again."""
     cluster, hook = env
     master = add_pod(cluster, "Master", 0)
     cluster.logs.write("default", master, C, "last words\n")
     run = Streaming(hook, retry_interval=300)  # the fallback read of the pod never comes first
     await run.wait_for(1)
     pod = run.streamer._pods[master]
+    await until(lambda: pod.task is None)  # the stream is open and silent
+    pods = rtype(cluster, PODS)
+    status = cluster.store.get(pods, "default", master)["status"]
+    not_ready = {**status, "conditions": [{"type": "Ready", "status": "False"}]}
+    cluster.store.update_status(pods, "default", master, not_ready)  # a change; the container still runs
+    await until(lambda: pod.changed)
     cluster.logs.close_container("default", master, C)
     await until(lambda: pod.waiter is not None)  # the stream ended; the follow waits for the watch
     assert pod.running and pod_reads(cluster, master) == []
