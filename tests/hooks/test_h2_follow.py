@@ -284,7 +284,7 @@ async def test_a_server_that_never_sends_its_settings_fails_the_follow_within_th
         assert front.kubeconfig is not None
         kubeconfig = yaml.safe_load(Path(front.kubeconfig).read_text())
         config = static_config(kubeconfig, None, str(Path(front.kubeconfig).parent))
-        transport = KubeTransport(config, request_timeout=5.0)  # the connect timeout: 5 s
+        transport = KubeTransport(config, request_timeout=10.0)  # the connect timeout: 10 s, a bound
         front.hold = gate_name
         try:
             with pytest.raises(aiohttp.ConnectionTimeoutError) as failure:

@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     fault = commands.add_parser("fault", help="program a fault into a running cluster")
     fault.add_argument("--kubeconfig", required=True, type=Path, help="the kubeconfig `serve` wrote")
     fault.add_argument("what", choices=COMMANDS)
-    fault.add_argument("--code", type=int, default=500, help="for fail: 429, 500, 503 or 504")
+    fault.add_argument("--code", type=int, default=500, help="for fail: 400, 403, 429, 500, 503 or 504")
     fault.add_argument("--count", type=int, default=1, help="matching requests to affect; 0 = all")
     fault.add_argument("--method", help="only this HTTP method")
     fault.add_argument("--path", help="only paths matching this regular expression")

@@ -21,6 +21,7 @@ from localkube.gates import Gate, gate, open_gate
 
 ACTIONS = ("status", "drop", "latency", "expire_watch", "end_watch", "hold")
 _STATUS_TEXT = {
+    400: ("BadRequest", "container is waiting to start: ContainerCreating"),  # a log read, as kube-apiserver
     403: ("Forbidden", 'forbidden: User "system:serviceaccount:default:airflow" cannot access this resource'),
     429: ("TooManyRequests", "Too many requests, please try again later."),
     500: ("InternalError", "Internal error occurred: injected fault"),
