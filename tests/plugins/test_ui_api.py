@@ -23,6 +23,7 @@ from localkube.runtime import close_gate, open_gate
 
 from airflow_provider_training.plugins import ui_api, ui_cluster, ui_logs
 from tests.dags.conftest import DAG_FILES, airflow_db
+from tests.e2e.dag_scoped_auth import NO_LOGS, NO_XCOM
 from tests.operators.harness import cluster, wait_for
 
 __all__ = ["airflow_db", "cluster"]
@@ -35,7 +36,7 @@ LINKS = {
     "kubeflow": "https://kubeflow.example/#/{namespace}/{plural}/{name}",
     "tensorstack": "https://t9k/{name}",
 }
-AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+AUTH_MANAGER = "tests.e2e.dag_scoped_auth.DagScopedSimpleAuthManager"
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,9 @@ def server(run_id: str) -> Iterator[str]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AIRFLOW__CORE__AUTH_MANAGER", AUTH_MANAGER)
-        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "viewer:viewer")
+        mp.setenv(
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", f"viewer:viewer,{NO_LOGS}:viewer,{NO_XCOM}:viewer"
+        )
         mp.setattr(ui_cluster.SNAPSHOTS, "ttl", 0.0)  # tests see each change at once; one test sets it back
         purge_cached_app()
         app = create_app(apps="core")
@@ -82,12 +85,13 @@ def server(run_id: str) -> Iterator[str]:
             purge_cached_app()
 
 
-def token(role: str | None) -> str:
-    """A JWT the real auth manager issues, as the UI's login does."""
+def token(role: str | None, username: str | None = None) -> str:
+    """A JWT the real auth manager issues, as the UI's login does (``username`` defaults to the role)."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
-    return get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=role or "nobody", role=role))
+    user = SimpleAuthManagerUser(username=username or role or "nobody", role=role)
+    return get_auth_manager().generate_jwt(user)
 
 
 SEEN: list[str] = []  # every response body, checked for secrets at the end
@@ -201,6 +205,36 @@ def test_authentication_and_authorization(server, run_id):
     assert httpx.get(url, params=ti(run_id), headers=bearer).status_code == 200
 
 
+def as_user(server: str, user: str) -> httpx.Client:
+    """The tab as ``user`` (a viewer whom the auth manager refuses task logs or XComs) runs it."""
+    return httpx.Client(base_url=server, cookies={"_token": token("viewer", user)}, timeout=60)
+
+
+def status_of_stream(client: httpx.Client, params: dict[str, Any]) -> int:
+    with client.stream("GET", "/training/api/logs/stream", params=params) as resp:
+        return resp.status_code
+
+
+def test_the_log_routes_demand_task_logs_as_airflows_own(server, run_id):
+    """A viewer refused task logs reads the job but not its pods' logs, which Airflow's own log route
+    refuses too; one refused XComs (not task logs) reads a live pod's log."""
+    params = ti(run_id, replica="master-0")
+    airflow_log = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train/logs/1"
+    airflow_xcom = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train/xcomEntries"
+    with as_user(server, NO_LOGS) as no_logs, as_user(server, NO_XCOM) as no_xcom:
+        # The auth manager's decisions, as Airflow's own routes apply them:
+        assert no_logs.get(airflow_log).status_code == 403
+        assert no_logs.get(airflow_xcom).status_code == 200
+        assert no_logs.get("/training/api/job", params=ti(run_id)).status_code == 200
+        assert no_logs.get("/training/api/logs", params=params).status_code == 403
+        assert status_of_stream(no_logs, params) == 403
+
+        assert no_xcom.get(airflow_xcom).status_code == 403
+        live = no_xcom.get("/training/api/logs", params=params)
+        assert live.status_code == 200 and live.json()["source"] == "pod"
+        assert status_of_stream(no_xcom, params) == 200
+
+
 def test_log_tail(client, run_id):
     resp = client.get("/training/api/logs", params=ti(run_id, replica="master-0"))
     assert resp.status_code == 200, resp.text
@@ -294,6 +328,18 @@ def test_gone_pods_show_the_lines_the_trigger_saved(client, run_id, cluster):
     }
     with client.stream("GET", "/training/api/logs/stream", params=ti(run_id, replica="master-0")) as resp:
         assert [e for e, _, _ in events(resp, until=10)] == ["end"]
+
+
+def test_the_saved_lines_demand_task_logs_and_xcom_reads(server, run_id):
+    """The saved lines are log lines stored as an XCom: a viewer refused either does not get them."""
+    params = ti(run_id, replica="master-0")
+    for user in (NO_XCOM, NO_LOGS):
+        with as_user(server, user) as refused:
+            resp = refused.get("/training/api/logs", params=params)
+            assert resp.status_code == 403, (user, resp.text)
+            assert "saved 1" not in resp.text
+    with as_user(server, "viewer") as viewer:
+        assert viewer.get("/training/api/logs", params=params).json()["source"] == "saved"
 
 
 def _delete_pods(cluster: LocalKube, job_name: str) -> None:
