@@ -25,6 +25,7 @@ from airflow_provider_training.plugins import ui_api, ui_cluster, ui_logs
 from tests.dags.conftest import DAG_FILES, airflow_db
 from tests.e2e.dag_scoped_auth import NO_LOGS, NO_XCOM
 from tests.operators.harness import cluster, wait_for
+from tests.plugins.sse import sse_events
 
 __all__ = ["airflow_db", "cluster"]
 
@@ -250,19 +251,13 @@ def test_log_tail(client, run_id):
 
 def events(resp: httpx.Response, until: int) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
     """``(event, id, data)`` of a server-sent event stream, ``until`` line events at most (and ``end``)."""
-    event, event_id, seen = "message", None, 0
-    for line in resp.iter_lines():
+    return sse_events(kept(resp.iter_lines()), until)
+
+
+def kept(lines: Iterator[str]) -> Iterator[str]:
+    for line in lines:
         SEEN.append(line)
-        if line.startswith("event: "):
-            event = line.removeprefix("event: ")
-        elif line.startswith("id: "):
-            event_id = line.removeprefix("id: ")
-        elif line.startswith("data: "):
-            yield event, event_id, json.loads(line.removeprefix("data: "))
-            seen += event == "line"
-            if event == "end" or seen >= until:
-                return
-            event, event_id = "message", None
+        yield line
 
 
 def write_line(cluster: LocalKube, pod: str, text: str) -> None:
@@ -402,4 +397,6 @@ def test_no_secret_in_any_response(cluster):
     for body in SEEN:
         assert cluster.token not in body
         assert "unreachable-secret-token" not in body
+        assert (
+        )  # an exec plugin's stderr (test_a_failing_exec_plugin_is_named_not_quoted)
         assert "tab-env-secret-5b7f0c" not in body  # the job's env (dag_files/training_tab.py)
