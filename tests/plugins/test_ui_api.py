@@ -194,6 +194,37 @@ def _unreachable_kubeconfig() -> dict[str, Any]:
     }
 
 
+def test_a_failing_exec_plugin_is_named_not_quoted(client, run_id, cluster, monkeypatch, tmp_path, caplog):
+    """An exec plugin's stderr may carry anything (a token, an account): the tab says the credentials could
+    not be obtained and where to look; the plugin's output goes to the api-server's log only."""
+    plugin = tmp_path / "failing-credential-plugin"
+    plugin.write_text(f"#!/bin/sh\necho 'sso login for ops@corp: {PLUGIN_SECRET}' >&2\nexit 1\n")
+    plugin.chmod(0o755)
+    kubeconfig = _unreachable_kubeconfig()
+    kubeconfig["clusters"][0]["cluster"]["server"] = cluster.url
+    kubeconfig["users"][0]["user"] = {"exec": {"apiVersion": EXEC_API, "command": str(plugin)}}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": kubeconfig}}),
+    )
+    monkeypatch.setattr(ui_cluster, "HOOKS", ui_cluster.Hooks())
+    monkeypatch.setattr(ui_api, "HOOKS", ui_cluster.HOOKS)
+    with caplog.at_level("WARNING"):
+        view = job_view(client, run_id)
+        logs = client.get("/training/api/logs", params=ti(run_id, replica="master-0"))
+    assert view["view"] == "cluster_error"
+    assert view["detail"] == (
+        "Could not obtain credentials for the cluster of connection 'kubernetes_default': its kubeconfig's "
+        "exec or auth-provider plugin failed; see the api-server's log."
+    )
+    assert logs.status_code == 502 and logs.json()["detail"] == view["detail"]
+    assert PLUGIN_SECRET in caplog.text  # what the plugin said, for whoever reads the server's log
+
+
+PLUGIN_SECRET = "exec-plugin-secret-7d41a9"
+EXEC_API = "client.authentication.k8s.io/v1beta1"
+
+
 def test_authentication_and_authorization(server, run_id):
     url = f"{server}/training/api/job"
     assert httpx.get(url, params=ti(run_id)).status_code == 401
@@ -398,5 +429,6 @@ def test_no_secret_in_any_response(cluster):
         assert cluster.token not in body
         assert "unreachable-secret-token" not in body
         assert (
+            PLUGIN_SECRET not in body
         )  # an exec plugin's stderr (test_a_failing_exec_plugin_is_named_not_quoted)
         assert "tab-env-secret-5b7f0c" not in body  # the job's env (dag_files/training_tab.py)
