@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from airflow_provider_training.hooks.errors import CredentialPluginError
 from airflow_provider_training.hooks.kubeconfig import (
     SERVICE_ACCOUNT,
     ClusterConfig,
@@ -234,7 +235,12 @@ async def _plugin_config(
     loader = config.kube_config.KubeConfigLoader(
         config_dict=dict(kubeconfig), active_context=context, config_base_path=base_dir
     )
-    await loader.load_and_set(client_cfg)
+    try:
+        await loader.load_and_set(client_cfg)
+    except Exception as err:
+        raise CredentialPluginError(
+            f"the kubeconfig user's exec or auth-provider plugin failed: {err}"
+        ) from err
 
     async def headers() -> dict[str, str]:
         token = (await client_cfg.auth_settings()).get("BearerToken") or {}

@@ -39,6 +39,13 @@ class ApiRequest:
         return text + (f" in namespace {self.namespace}" if self.namespace else "")
 
 
+class CredentialPluginError(Exception):
+    """A kubeconfig user's ``exec`` or ``auth-provider`` plugin failed, or the client's loader that runs it.
+
+    Its message carries what the plugin said (its stderr, which may name accounts or hold tokens): for the
+    log of the component that ran it, never for a response that others read (the Training tab's)."""
+
+
 class KubeApiError(Exception):
     """A non-2xx answer of the Kubernetes API, with its ``Status`` body already parsed.
 

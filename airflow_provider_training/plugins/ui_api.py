@@ -2,8 +2,10 @@
 
 ``GET /api/job``, ``GET /api/logs`` and ``GET /api/logs/stream`` take the task instance as query parameters
 and check, through Airflow's auth manager, that the caller may read that DAG's task instances (the same
-dependency Airflow's own task-instance routes use: no credentials 401, not allowed 403). The UI's own
-requests authenticate with the ``_token`` cookie, which a same-origin ``fetch`` or ``EventSource`` sends.
+dependency Airflow's own task-instance routes use: no credentials 401, not allowed 403). The log routes also
+demand what Airflow's own log route demands (the DAG's task logs), and the saved last lines, which the
+trigger stores as an XCom, what Airflow's XCom reads demand. The UI's own requests authenticate with the
+``_token`` cookie, which a same-origin ``fetch`` or ``EventSource`` sends.
 ``GET /static/main.umd.cjs`` serves the React bundle (``plugins/www/dist``), 404 when it was not built.
 
 Imported by the api-server only (through ``TrainingPlugin``'s lazy app), never by other components.
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -126,6 +129,11 @@ async def locate(query: TaskQuery) -> Found:
 def create_app() -> FastAPI:
     app = FastAPI(title="Training tab", docs_url=None, redoc_url=None, openapi_url=None)
     readable = [Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_INSTANCE))]
+    # Airflow's own task log route demands TASK_LOGS; the tab shows the same lines.
+    logs_readable = [
+        *readable,
+        Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.TASK_LOGS)),
+    ]
 
     @app.get("/api/job", dependencies=readable)
     async def job(query: Task) -> dict[str, Any]:
@@ -135,14 +143,18 @@ def create_app() -> FastAPI:
         assert found.kind is not None and found.snapshot is not None
         return ui_views.job_view(found.record, found.kind, found.snapshot, found.record.link)
 
-    @app.get("/api/logs", dependencies=readable)
+    @app.get("/api/logs", dependencies=logs_readable)
     async def logs(
-        query: Task, replica: str, tail: Annotated[int, Query(ge=1, le=MAX_TAIL)] = DEFAULT_TAIL
+        request: Request,
+        user: GetUserDep,
+        query: Task,
+        replica: str,
+        tail: Annotated[int, Query(ge=1, le=MAX_TAIL)] = DEFAULT_TAIL,
     ) -> dict[str, Any]:
         found = await locate(query)
         pod = found.pod(replica)
         if pod is None or found.kind is None:
-            return saved_lines(found, replica)
+            return await saved_lines(found, replica, request, user)
         conn_id = found.record.conn_id
         try:
             text = await HOOKS.get(conn_id).read_log(
@@ -154,7 +166,7 @@ def create_app() -> FastAPI:
             )
         except KubeApiError as err:
             if err.status == 404:
-                return saved_lines(found, replica)
+                return await saved_lines(found, replica, request, user)
             if err.status != 400:  # 400: the container has not started, so no lines yet
                 raise HTTPException(502, describe_failure(err, conn_id)) from None
             text = ""
@@ -169,7 +181,7 @@ def create_app() -> FastAPI:
             "finished": (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
         }
 
-    @app.get("/api/logs/stream", dependencies=readable)
+    @app.get("/api/logs/stream", dependencies=logs_readable)
     async def logs_stream(
         request: Request,
         query: Task,
@@ -201,15 +213,20 @@ def create_app() -> FastAPI:
     return app
 
 
-def saved_lines(found: Found, replica: str) -> dict[str, Any]:
-    """The last lines the trigger saved for ``replica`` (its pod is gone or cannot be read); else 404, or 502
-    when the cluster cannot be read."""
+# The saved lines are an XCom of the task: reading them demands what Airflow's XCom reads demand.
+_XCOM_READABLE = requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM)
+
+
+async def saved_lines(found: Found, replica: str, request: Request, user: BaseUser) -> dict[str, Any]:
+    """The last lines the trigger saved for ``replica`` (its pod is gone or cannot be read), for a caller who
+    may read the task's XComs (else 403); else 404, or 502 when the cluster cannot be read."""
     tails = found.record.saved_tails.values()
     saved = next((s for s in tails if isinstance(s, dict) and s.get("replica") == replica), None)
     if saved is None:
         if found.plain is not None and found.plain["view"] == "cluster_error":
             raise HTTPException(502, found.plain["detail"])
         raise HTTPException(404, f"No pod of replica {replica} and no saved lines of it for this try.")
+    await run_in_threadpool(_XCOM_READABLE, request, user)
     lines = [{"time": None, "text": str(text)} for text in saved.get("lines") or []]
     return {"lines": lines, "cursor": None, "source": "saved", "finished": True}
 

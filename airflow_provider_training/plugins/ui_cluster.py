@@ -15,13 +15,14 @@ connection is picked up.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_training.hooks.errors import RBAC_DOC, KubeApiError
+from airflow_provider_training.hooks.errors import RBAC_DOC, CredentialPluginError, KubeApiError
 from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import JobKind, JobStatus, RawObject
@@ -32,6 +33,7 @@ HOOK_MAX_AGE = 300.0
 UI_RETRY = RetryPolicy(attempts=2, base_delay=0.2, max_delay=1.0)
 REQUEST_TIMEOUT = 10.0
 _CREDENTIALS_IN_URL = re.compile(r"//[^/@\s]+@")
+log = logging.getLogger(__name__)
 
 
 class ClusterError(Exception):
@@ -139,8 +141,15 @@ async def _nothing() -> dict[str, list[RawObject]]:
 
 def describe_failure(err: BaseException, conn_id: str | None) -> str:
     """One plain sentence on why the cluster could not be read, naming the verb and resource (as RBAC
-    names them) where the API answered; never a credential."""
+    names them) where the API answered; never a credential. A credential plugin's failure is only named: what
+    the plugin said goes to the api-server's log (it may hold a token), not to every viewer of the DAG."""
     conn = f"connection {conn_id!r}"
+    if isinstance(err, CredentialPluginError):
+        log.warning("The Training tab could not obtain the credentials of %s: %s", conn, err)
+        return (
+            f"Could not obtain credentials for the cluster of {conn}: its kubeconfig's exec or auth-provider "
+            "plugin failed; see the api-server's log."
+        )
     if isinstance(err, KubeApiError):
         asked = err.request or "a request"
         if refused := err.refused:

@@ -9,6 +9,11 @@ over.
 many tabs stream it: each tab first reads what it missed since its cursor (one request when it connects),
 then takes the shared follow's lines, skipping those it already sent. A tab that falls
 :data:`LISTENER_LINES` lines behind is cut off and reconnects from its last ``id``.
+
+When the api-server shuts down, every stream ends (without an ``end`` event), so the server need not wait for
+the browsers to go: the tabs reconnect from their last ``id`` to the api-server that replaces it. uvicorn (the
+api-server's server, also inside gunicorn's uvicorn workers) tells an open response nothing when it shuts
+down, and waits for it up to its graceful-shutdown timeout; :func:`server_exiting` reads its ``should_exit``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -30,6 +36,7 @@ from airflow_provider_training.plugins.ui_cluster import describe_failure
 LISTENER_LINES = 10_000
 RETRY_SECONDS = 2.0
 KEEPALIVE_SECONDS = 15.0
+SHUTDOWN_POLL_SECONDS = 0.5
 _TERMINAL = ("Succeeded", "Failed")
 
 
@@ -67,6 +74,7 @@ class _Listener:
         self.items: collections.deque[tuple[int | None, str] | None] = collections.deque()
         self.ready = asyncio.Event()
         self.dropped = False  # fell too far behind: the tab reconnects from its last id
+        self.closed = False  # the server shuts down: the tab reconnects from its last id to the next one
         self.end: str | None = None
 
     def put(self, item: tuple[int | None, str] | None) -> None:
@@ -74,6 +82,10 @@ class _Listener:
             self.dropped = True
         else:
             self.items.append(item)
+        self.ready.set()
+
+    def close(self) -> None:
+        self.closed = True
         self.ready.set()
 
 
@@ -92,7 +104,10 @@ class PodFollow:
     def join(self) -> _Listener:
         listener = _Listener()
         self.listeners.add(listener)
-        if self.end is not None:
+        _watch_shutdown()
+        if server_exiting():
+            listener.close()
+        elif self.end is not None:
             listener.end = self.end
             listener.put(None)
         elif self.task is None:
@@ -155,6 +170,38 @@ class PodFollow:
 
 
 _FOLLOWS: dict[tuple[Any, ...], PodFollow] = {}
+_SHUTDOWN_WATCHES: dict[int, asyncio.Task[None]] = {}
+
+
+def server_exiting() -> bool:
+    """Whether the uvicorn server of this process is shutting down: its ``Server`` owns the SIGTERM handler
+    that it installs while it serves, and sets ``should_exit`` on the signal. ``False`` where that cannot be
+    told (another server, or a uvicorn in a thread, which installs no handler)."""
+    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return getattr(owner, "should_exit", False) is True
+
+
+def _watch_shutdown() -> None:
+    """Close every listener on this event loop once the server shuts down; one watch per loop, while it
+    has follows."""
+    loop = asyncio.get_running_loop()
+    if id(loop) not in _SHUTDOWN_WATCHES:
+        _SHUTDOWN_WATCHES[id(loop)] = loop.create_task(
+            _close_on_shutdown(id(loop)), name="training-tab shutdown"
+        )
+
+
+async def _close_on_shutdown(loop_id: int) -> None:
+    try:
+        while follows := [f for key, f in _FOLLOWS.items() if key[0] == loop_id]:
+            if server_exiting():
+                for follow in follows:
+                    for listener in list(follow.listeners):
+                        listener.close()
+                return
+            await asyncio.sleep(SHUTDOWN_POLL_SECONDS)
+    finally:
+        del _SHUTDOWN_WATCHES[loop_id]
 
 
 def _key(hook: AsyncTrainingJobHook, *rest: str) -> tuple[Any, ...]:
@@ -223,6 +270,8 @@ async def stream(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(listener.ready.wait(), KEEPALIVE_SECONDS)
             listener.ready.clear()
+            if listener.closed:
+                return  # the client reconnects with its last id, to the next api-server
             if not listener.items and not listener.dropped:
                 yield ": keepalive\n\n"
             while listener.items:

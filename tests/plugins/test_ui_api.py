@@ -23,7 +23,9 @@ from localkube.runtime import close_gate, open_gate
 
 from airflow_provider_training.plugins import ui_api, ui_cluster, ui_logs
 from tests.dags.conftest import DAG_FILES, airflow_db
+from tests.e2e.dag_scoped_auth import NO_LOGS, NO_XCOM
 from tests.operators.harness import cluster, wait_for
+from tests.plugins.sse import sse_events
 
 __all__ = ["airflow_db", "cluster"]
 
@@ -35,7 +37,7 @@ LINKS = {
     "kubeflow": "https://kubeflow.example/#/{namespace}/{plural}/{name}",
     "tensorstack": "https://t9k/{name}",
 }
-AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+AUTH_MANAGER = "tests.e2e.dag_scoped_auth.DagScopedSimpleAuthManager"
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,9 @@ def server(run_id: str) -> Iterator[str]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AIRFLOW__CORE__AUTH_MANAGER", AUTH_MANAGER)
-        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "viewer:viewer")
+        mp.setenv(
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", f"viewer:viewer,{NO_LOGS}:viewer,{NO_XCOM}:viewer"
+        )
         mp.setattr(ui_cluster.SNAPSHOTS, "ttl", 0.0)  # tests see each change at once; one test sets it back
         purge_cached_app()
         app = create_app(apps="core")
@@ -82,12 +86,13 @@ def server(run_id: str) -> Iterator[str]:
             purge_cached_app()
 
 
-def token(role: str | None) -> str:
-    """A JWT the real auth manager issues, as the UI's login does."""
+def token(role: str | None, username: str | None = None) -> str:
+    """A JWT the real auth manager issues, as the UI's login does (``username`` defaults to the role)."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
-    return get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=role or "nobody", role=role))
+    user = SimpleAuthManagerUser(username=username or role or "nobody", role=role)
+    return get_auth_manager().generate_jwt(user)
 
 
 SEEN: list[str] = []  # every response body, checked for secrets at the end
@@ -189,6 +194,37 @@ def _unreachable_kubeconfig() -> dict[str, Any]:
     }
 
 
+def test_a_failing_exec_plugin_is_named_not_quoted(client, run_id, cluster, monkeypatch, tmp_path, caplog):
+    """An exec plugin's stderr may carry anything (a token, an account): the tab says the credentials could
+    not be obtained and where to look; the plugin's output goes to the api-server's log only."""
+    plugin = tmp_path / "failing-credential-plugin"
+    plugin.write_text(f"#!/bin/sh\necho 'sso login for ops@corp: {PLUGIN_SECRET}' >&2\nexit 1\n")
+    plugin.chmod(0o755)
+    kubeconfig = _unreachable_kubeconfig()
+    kubeconfig["clusters"][0]["cluster"]["server"] = cluster.url
+    kubeconfig["users"][0]["user"] = {"exec": {"apiVersion": EXEC_API, "command": str(plugin)}}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBERNETES_DEFAULT",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": kubeconfig}}),
+    )
+    monkeypatch.setattr(ui_cluster, "HOOKS", ui_cluster.Hooks())
+    monkeypatch.setattr(ui_api, "HOOKS", ui_cluster.HOOKS)
+    with caplog.at_level("WARNING"):
+        view = job_view(client, run_id)
+        logs = client.get("/training/api/logs", params=ti(run_id, replica="master-0"))
+    assert view["view"] == "cluster_error"
+    assert view["detail"] == (
+        "Could not obtain credentials for the cluster of connection 'kubernetes_default': its kubeconfig's "
+        "exec or auth-provider plugin failed; see the api-server's log."
+    )
+    assert logs.status_code == 502 and logs.json()["detail"] == view["detail"]
+    assert PLUGIN_SECRET in caplog.text  # what the plugin said, for whoever reads the server's log
+
+
+PLUGIN_SECRET = "exec-plugin-secret-7d41a9"
+EXEC_API = "client.authentication.k8s.io/v1beta1"
+
+
 def test_authentication_and_authorization(server, run_id):
     url = f"{server}/training/api/job"
     assert httpx.get(url, params=ti(run_id)).status_code == 401
@@ -199,6 +235,36 @@ def test_authentication_and_authorization(server, run_id):
         assert httpx.get(f"{server}{path}", params=params, headers=no_role).status_code == 403
     bearer = {"Authorization": f"Bearer {token('viewer')}"}
     assert httpx.get(url, params=ti(run_id), headers=bearer).status_code == 200
+
+
+def as_user(server: str, user: str) -> httpx.Client:
+    """The tab as ``user`` (a viewer whom the auth manager refuses task logs or XComs) runs it."""
+    return httpx.Client(base_url=server, cookies={"_token": token("viewer", user)}, timeout=60)
+
+
+def status_of_stream(client: httpx.Client, params: dict[str, Any]) -> int:
+    with client.stream("GET", "/training/api/logs/stream", params=params) as resp:
+        return resp.status_code
+
+
+def test_the_log_routes_demand_task_logs_as_airflows_own(server, run_id):
+    """A viewer refused task logs reads the job but not its pods' logs, which Airflow's own log route
+    refuses too; one refused XComs (not task logs) reads a live pod's log."""
+    params = ti(run_id, replica="master-0")
+    airflow_log = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train/logs/1"
+    airflow_xcom = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train/xcomEntries"
+    with as_user(server, NO_LOGS) as no_logs, as_user(server, NO_XCOM) as no_xcom:
+        # The auth manager's decisions, as Airflow's own routes apply them:
+        assert no_logs.get(airflow_log).status_code == 403
+        assert no_logs.get(airflow_xcom).status_code == 200
+        assert no_logs.get("/training/api/job", params=ti(run_id)).status_code == 200
+        assert no_logs.get("/training/api/logs", params=params).status_code == 403
+        assert status_of_stream(no_logs, params) == 403
+
+        assert no_xcom.get(airflow_xcom).status_code == 403
+        live = no_xcom.get("/training/api/logs", params=params)
+        assert live.status_code == 200 and live.json()["source"] == "pod"
+        assert status_of_stream(no_xcom, params) == 200
 
 
 def test_log_tail(client, run_id):
@@ -216,19 +282,13 @@ def test_log_tail(client, run_id):
 
 def events(resp: httpx.Response, until: int) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
     """``(event, id, data)`` of a server-sent event stream, ``until`` line events at most (and ``end``)."""
-    event, event_id, seen = "message", None, 0
-    for line in resp.iter_lines():
+    return sse_events(kept(resp.iter_lines()), until)
+
+
+def kept(lines: Iterator[str]) -> Iterator[str]:
+    for line in lines:
         SEEN.append(line)
-        if line.startswith("event: "):
-            event = line.removeprefix("event: ")
-        elif line.startswith("id: "):
-            event_id = line.removeprefix("id: ")
-        elif line.startswith("data: "):
-            yield event, event_id, json.loads(line.removeprefix("data: "))
-            seen += event == "line"
-            if event == "end" or seen >= until:
-                return
-            event, event_id = "message", None
+        yield line
 
 
 def write_line(cluster: LocalKube, pod: str, text: str) -> None:
@@ -296,6 +356,18 @@ def test_gone_pods_show_the_lines_the_trigger_saved(client, run_id, cluster):
         assert [e for e, _, _ in events(resp, until=10)] == ["end"]
 
 
+def test_the_saved_lines_demand_task_logs_and_xcom_reads(server, run_id):
+    """The saved lines are log lines stored as an XCom: a viewer refused either does not get them."""
+    params = ti(run_id, replica="master-0")
+    for user in (NO_XCOM, NO_LOGS):
+        with as_user(server, user) as refused:
+            resp = refused.get("/training/api/logs", params=params)
+            assert resp.status_code == 403, (user, resp.text)
+            assert "saved 1" not in resp.text
+    with as_user(server, "viewer") as viewer:
+        assert viewer.get("/training/api/logs", params=params).json()["source"] == "saved"
+
+
 def _delete_pods(cluster: LocalKube, job_name: str) -> None:
     from localkube.resources import PODS
 
@@ -356,4 +428,7 @@ def test_no_secret_in_any_response(cluster):
     for body in SEEN:
         assert cluster.token not in body
         assert "unreachable-secret-token" not in body
+        assert (
+            PLUGIN_SECRET not in body
+        )  # an exec plugin's stderr (test_a_failing_exec_plugin_is_named_not_quoted)
         assert "tab-env-secret-5b7f0c" not in body  # the job's env (dag_files/training_tab.py)

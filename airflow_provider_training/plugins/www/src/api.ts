@@ -75,11 +75,14 @@ export async function openStream(url: string, lastEventId: string | null, signal
   return response;
 }
 
-/** What the tab says for a failed request. */
-export function describeError(error: unknown): string {
+/**
+ * What the tab says for a failed request; `refused` names what a 403 refused: the job needs the DAG's task
+ * instances, its logs the task logs as well, and the lines saved of gone pods (an XCom) XComs too.
+ */
+export function describeError(error: unknown, refused = "task instances"): string {
   if (error instanceof HttpError) {
     if (error.status === 401) return "Your session has expired: log in again to see this task's training job.";
-    if (error.status === 403) return "You are not allowed to read this DAG's task instances (403 Forbidden).";
+    if (error.status === 403) return `You are not allowed to read this DAG's ${refused} (403 Forbidden).`;
     return `The Training API answered ${error.status}: ${error.detail}`;
   }
   return `The Training API could not be reached: ${error instanceof Error ? error.message : String(error)}`;

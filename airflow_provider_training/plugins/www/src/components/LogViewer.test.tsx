@@ -89,6 +89,42 @@ describe("the log viewer", () => {
     expect(network.to(STREAM)).toHaveLength(1);
   });
 
+  it("reconnects from the last id to the api-server that replaces one shutting down", async () => {
+    const first = new FakeStream();
+    const second = new FakeStream();
+    const down = () => {
+      throw new TypeError("Failed to fetch");
+    };
+    const network = new Network()
+      .on(JOB, json(runningJob()))
+      .on(LOGS, json(logs(["a"], "c1")))
+      .on(STREAM, first.answer(), down, down, second.answer());
+    render(<TrainingPlugin {...TASK} />);
+    await waitFor(() => expect(network.to(STREAM)).toHaveLength(1));
+
+    first.line("c2", "b");
+    await linesBecome(["a", "b"]);
+    first.drop(); // the server ended the stream at its shutdown, without `end`
+    await waitFor(() => expect(network.to(STREAM)).toHaveLength(4));
+    expect(network.to(STREAM).slice(1).map((r) => r.headers.get("Last-Event-ID"))).toEqual(["c2", "c2", "c2"]);
+
+    second.line("c3", "c");
+    await linesBecome(["a", "b", "c"]);
+    expect(screen.getByTestId("log-state")).toHaveAttribute("data-state", "live");
+  });
+
+  it("says which permission a refused log read needs", async () => {
+    new Network()
+      .on(JOB, json(runningJob()))
+      .on(LOGS, json({ detail: "Forbidden" }, 403));
+    render(<TrainingPlugin {...TASK} />);
+
+    await waitFor(() => expect(screen.getByTestId("log-state")).toHaveAttribute("data-state", "error"));
+    expect(screen.getByRole("alert")).toHaveTextContent(
+      "You are not allowed to read this DAG's task logs (403 Forbidden).",
+    );
+  });
+
   it("a line split across chunks arrives whole", async () => {
     const stream = new FakeStream();
     new Network()

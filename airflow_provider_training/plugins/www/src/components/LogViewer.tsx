@@ -22,6 +22,7 @@ export function LogViewer({ task, sources }: { task: TaskInstanceKey; sources: L
     if (replica === null && sources.length > 0) setReplica(sources[0].replica);
   }, [replica, sources]);
   const follow = useLogFollow(task, replica);
+  const saved = sources.some((s) => s.replica === replica && !s.live);
 
   if (sources.length === 0) return <Text color="fg.muted">No replica logs yet.</Text>;
   return (
@@ -49,7 +50,7 @@ export function LogViewer({ task, sources }: { task: TaskInstanceKey; sources: L
       </HStack>
       {follow.state === "error" ? (
         <Text color="fg.error" role="alert">
-          {describeError(follow.error)}
+          {describeError(follow.error, saved ? "task logs and XComs" : "task logs")}
         </Text>
       ) : null}
       <Box

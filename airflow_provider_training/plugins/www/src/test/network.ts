@@ -10,7 +10,7 @@ export interface Recorded {
   headers: Headers;
 }
 
-type Answer = () => Response;
+type Answer = () => Response; // one that throws is a network error (a server that is down)
 
 export function json(body: unknown, status = 200): Answer {
   return () => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
