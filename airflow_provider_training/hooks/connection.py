@@ -26,8 +26,10 @@ from airflow_provider_training.hooks.kubeconfig import (
     SERVICE_ACCOUNT,
     ClusterConfig,
     KubeconfigError,
+    check_usable,
     file_version,
     in_cluster_config,
+    read_kubeconfig_dict,
     read_kubeconfig_files,
     static_config,
     uses_plugin,
@@ -197,13 +199,14 @@ def _static_or_plugin(settings: KubeSettings) -> ClusterConfig | tuple[Mapping[s
             cfg = in_cluster_config()
         else:
             if settings.kube_config is not None:
-                kubeconfig, base_dir = settings.kube_config, os.getcwd()
+                kubeconfig, base_dir = read_kubeconfig_dict(settings.kube_config), os.getcwd()
             else:
                 if settings.kube_config_path is None and _in_a_pod():
                     return _without_verification(in_cluster_config(), settings)
                 paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
                 kubeconfig, base_dir = read_kubeconfig_files(paths)
             if uses_plugin(kubeconfig, settings.cluster_context):
+                check_usable(kubeconfig, settings.cluster_context)  # the plugin loader does not
                 return kubeconfig, base_dir
             cfg = static_config(kubeconfig, settings.cluster_context, base_dir)
     except KubeconfigError as err:
