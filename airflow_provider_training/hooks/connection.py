@@ -23,12 +23,13 @@ from typing import Any
 import yaml
 
 from airflow_provider_training.hooks.kubeconfig import (
-    SERVICE_ACCOUNT,
     ClusterConfig,
     KubeconfigError,
     check_usable,
     file_version,
+    in_a_pod,
     in_cluster_config,
+    in_cluster_namespace,
     read_kubeconfig_dict,
     read_kubeconfig_files,
     static_config,
@@ -195,14 +196,12 @@ async def build_configuration(settings: KubeSettings) -> ClusterConfig:
 def _static_or_plugin(settings: KubeSettings) -> ClusterConfig | tuple[Mapping[str, Any], str]:
     """The static configuration, or the kubeconfig to hand to the client's plugin loader with its folder."""
     try:
-        if settings.in_cluster:
+        if uses_service_account(settings):
             cfg = in_cluster_config()
         else:
             if settings.kube_config is not None:
                 kubeconfig, base_dir = read_kubeconfig_dict(settings.kube_config), os.getcwd()
             else:
-                if settings.kube_config_path is None and _in_a_pod():
-                    return _without_verification(in_cluster_config(), settings)
                 paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
                 kubeconfig, base_dir = read_kubeconfig_files(paths)
             if uses_plugin(kubeconfig, settings.cluster_context):
@@ -214,8 +213,21 @@ def _static_or_plugin(settings: KubeSettings) -> ClusterConfig | tuple[Mapping[s
     return _without_verification(cfg, settings)
 
 
-def _in_a_pod() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT / "token").is_file()
+def uses_service_account(settings: KubeSettings) -> bool:
+    """Whether ``settings`` mean the pod's service account: ``in_cluster``, or no kubeconfig in a pod."""
+    if settings.in_cluster:
+        return True
+    if settings.kube_config is not None or settings.kube_config_path is not None:
+        return False
+    return in_a_pod()
+
+
+def default_namespace(settings: KubeSettings) -> str:
+    """A job's namespace when neither it nor the operator names one: the ``namespace`` extra, else (on the
+    pod's service account) the pod's own namespace, as KubernetesPodOperator, else ``default``."""
+    if settings.namespace:
+        return settings.namespace
+    return (uses_service_account(settings) and in_cluster_namespace()) or "default"
 
 
 def _without_verification(cfg: ClusterConfig, settings: KubeSettings) -> ClusterConfig:

@@ -136,6 +136,19 @@ def in_cluster_config() -> ClusterConfig:
     return ClusterConfig(host=f"https://{host}:{port}", token_file=token, ca_file=str(ca_path))
 
 
+def in_a_pod() -> bool:
+    """Whether the process runs in a pod with a service account (what default credentials use first)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT / "token").is_file()
+
+
+def in_cluster_namespace() -> str | None:
+    """The pod's namespace, from its service account's ``namespace`` file (as KubernetesPodOperator)."""
+    try:
+        return (SERVICE_ACCOUNT / "namespace").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def read_kubeconfig_files(paths: str) -> tuple[dict[str, Any], str]:
     """The kubeconfig of ``paths`` (``os.pathsep``-separated, as ``KUBECONFIG``), merged, and the folder
     its relative paths are resolved against (the first file's)."""

@@ -7,6 +7,7 @@ Authorization header)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import json
@@ -29,7 +30,7 @@ from cryptography.x509.oid import NameOID
 from airflow_provider_training.hooks import kubeconfig as kubeconfig_module
 from airflow_provider_training.hooks.connection import ConnectionConfigError
 from airflow_provider_training.hooks.errors import KubeApiError
-from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
 from airflow_provider_training.hooks.transport import LineStream
 from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.kube_env import FAST_RETRY
@@ -269,20 +270,50 @@ async def test_a_followed_log_over_tls_with_a_client_certificate_and_a_server_na
     assert server.seen == [{"client": "carol", "authorization": ""}] * 2
 
 
-async def test_in_cluster_service_account(server, tmp_path, monkeypatch):
+@pytest.fixture
+def service_account(server, tmp_path, monkeypatch) -> Path:
+    """A pod's service account (token, the server's CA, namespace ``team-pod``) and environment: the
+    provider reads the files from ``kubeconfig.SERVICE_ACCOUNT``, pointed here."""
     account = tmp_path / "serviceaccount"
     account.mkdir()
     (account / "token").write_text("sa-token")
     (account / "ca.crt").write_bytes(server.pki.ca_pem)
+    (account / "namespace").write_text("team-pod\n")
     monkeypatch.setattr(kubeconfig_module, "SERVICE_ACCOUNT", account)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "localhost")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", server.url.rsplit(":", 1)[1])
+    return account
+
+
+async def test_in_cluster_service_account(server, service_account):
     hook = AsyncTrainingJobHook(None, connection_extras={"in_cluster": True}, retry=FAST_RETRY)
     try:
         assert await hook.get_object(JOB, "absent", "default") is None
     finally:
         await hook.close()
     assert server.seen == [{"client": None, "authorization": "Bearer sa-token"}]
+
+
+@pytest.mark.parametrize(
+    ("extras", "namespace"),
+    [
+        ({"in_cluster": True}, "team-pod"),
+        ({}, "team-pod"),  # no configuration, in a pod: the service account
+        ({"in_cluster": True, "namespace": "ml"}, "ml"),
+        ({"kube_config_path": "/elsewhere/config"}, "default"),  # another cluster than the pod's
+    ],
+)
+def test_on_the_service_account_jobs_go_to_the_pods_namespace(service_account, extras, namespace):
+    """As KubernetesPodOperator: without a ``namespace`` extra, the service account's namespace file."""
+    assert asyncio.run(AsyncTrainingJobHook(None, connection_extras=extras).get_namespace()) == namespace
+    with TrainingJobHook(None, connection_extras=extras) as hook:  # what the operators ask
+        assert hook.get_namespace() == namespace
+
+
+def test_without_a_namespace_file_in_cluster_jobs_go_to_default(service_account):
+    (service_account / "namespace").unlink()
+    with TrainingJobHook(None, connection_extras={"in_cluster": True}) as hook:
+        assert hook.get_namespace() == "default"
 
 
 async def test_an_exec_plugin_user_goes_through_the_client_loader(server, tmp_path):
