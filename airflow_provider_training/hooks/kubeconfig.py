@@ -36,6 +36,7 @@ import yaml
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS = 60.0  # as client-go: projected service-account tokens rotate
 _SOURCE = "source"  # the key under which a merged entry keeps the name of the file it came from
+_CLUSTER_FLAGS = ("insecure-skip-tls-verify", "disable-compression")  # booleans to kubectl
 
 
 class KubeconfigError(ValueError):
@@ -192,15 +193,25 @@ def _merge(into: dict[str, Any], more: Mapping[str, Any], source: str) -> None:
         known = {entry.get("name") for entry in into.setdefault(section, [])}
         for entry in more.get(section) or []:
             if isinstance(entry, Mapping) and entry.get("name") not in known:
-                into[section].append({**entry, _SOURCE: source})
+                into[section].append(_with_booleans({**entry, _SOURCE: source}))
                 known.add(entry.get("name"))
+
+
+def _with_booleans(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry with its cluster's flags as booleans: ``y``/``n`` are strings to PyYAML, and the client's
+    plugin loader takes any string for true."""
+    cluster = entry.get("cluster")
+    if isinstance(cluster, Mapping):
+        flags = {key: _flag(cluster, key, "") for key in _CLUSTER_FLAGS if key in cluster}
+        entry["cluster"] = {**cluster, **flags}
+    return entry
 
 
 def _check_types(kubeconfig: Mapping[str, Any], source: str) -> None:
     """Refuse boolean fields that hold anything but a boolean: kubectl does, and a quoted ``"false"`` is a
     string, true in Python (verification would be turned off)."""
     for _, where, cluster in _entries(kubeconfig, "clusters", source):
-        for key in ("insecure-skip-tls-verify", "disable-compression"):
+        for key in _CLUSTER_FLAGS:
             _flag(cluster, key, where)
     for _, where, user in _entries(kubeconfig, "users", source):
         plugin = user.get("exec")
@@ -250,8 +261,9 @@ def check_usable(kubeconfig: Mapping[str, Any], context: str | None) -> None:
             _one_of(user, "client-certificate", where)
             _one_of(user, "client-key", where)
             if not (user.get("client-key") or user.get("client-key-data")):
+                given = "client-certificate" if user.get("client-certificate") else "client-certificate-data"
                 raise KubeconfigError(
-                    f"{where}: client-certificate is set without client-key or client-key-data: "
+                    f"{where}: {given} is set without client-key or client-key-data: "
                     "a client certificate needs its key"
                 )
 

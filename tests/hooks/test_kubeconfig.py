@@ -392,10 +392,12 @@ async def test_insecure_skip_tls_verify_that_is_not_a_boolean_is_refused(server,
     await refused(path, server, str(path), "cluster 'c'", "insecure-skip-tls-verify must be a boolean")
 
 
+@pytest.mark.parametrize("user", [{"token": "t"}, exec_user()], ids=["static", "exec"])
 @pytest.mark.parametrize(("value", "verified"), [("n", True), ("y", False), ("no", True), ("on", False)])
-async def test_yaml_booleans_unquoted_are_read_as_kubectl_reads_them(server, tmp_path, value, verified):
-    """YAML 1.1 booleans, ``y``/``n`` included (PyYAML leaves those two strings; kubectl reads booleans)."""
-    config = kubeconfig({"server": server.url, "insecure-skip-tls-verify": "FLAG"}, {"token": "t"})
+async def test_yaml_booleans_unquoted_are_read_as_kubectl_reads_them(server, tmp_path, value, verified, user):
+    """YAML 1.1 booleans, ``y``/``n`` included (PyYAML leaves those two strings; kubectl reads booleans;
+    the client's plugin loader took the string ``n`` for true)."""
+    config = kubeconfig({"server": server.url, "insecure-skip-tls-verify": "FLAG"}, user)
     path = tmp_path / "config"
     path.write_text(yaml.safe_dump(config).replace("FLAG", value))
     if verified:  # the server's CA is unknown to the client: verification fails
@@ -488,7 +490,10 @@ async def test_a_ca_file_and_ca_data_together_are_refused(server, tmp_path):
     ("given", "expected"),
     [
         (("client-certificate",), "client-certificate is set without client-key or client-key-data"),
-        (("client-certificate-data",), "client-certificate is set without client-key or client-key-data"),
+        (
+            ("client-certificate-data",),
+            "client-certificate-data is set without client-key or client-key-data",
+        ),
         (
             ("client-certificate", "client-certificate-data", "client-key"),
             "client-certificate and client-certificate-data are both set",
