@@ -317,6 +317,7 @@ async def shared_configuration(settings: KubeSettings) -> ClusterConfig:
         settings.in_cluster,
         path,
         file_version(path),
+        None if path else os.environ.get("KUBECONFIG"),  # default credentials: the files it names
         inline,
         settings.cluster_context,
         settings.disable_verify_ssl,
