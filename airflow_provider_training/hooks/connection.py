@@ -4,8 +4,8 @@ The connection type is the one users already have (``kubernetes_default``), read
 the same precedence as ``KubernetesHook``: ``in_cluster``, ``kube_config_path`` (an explicit ``config_file``
 wins), ``kube_config`` (JSON/YAML string or dict), ``cluster_context``, ``namespace``, ``disable_verify_ssl``,
 also under the legacy ``extra__kubernetes__`` prefix. The three config sources are mutually exclusive.
-A missing ``kubernetes_default`` means default credentials: in-cluster, else ``KUBECONFIG`` /
-``~/.kube/config``.
+A missing ``kubernetes_default`` means default credentials (with a warning): in-cluster, else
+``KUBECONFIG`` / ``~/.kube/config``; any other missing connection is an error naming it.
 
 Nothing here blocks an event loop for long: the connection is resolved with the async connection API, and the
 kubeconfig is parsed once per hook.

@@ -12,6 +12,9 @@ plugins refresh short-lived tokens; only those users pay for its import (in a wo
 The semantics are the clients' own: the context given or else ``current-context``; relative paths resolved
 against the kubeconfig file's folder; ``*-data`` fields base64-decoded; ``KUBECONFIG`` may list several
 files, the first to define a name winning; service-account tokens re-read every minute (they rotate).
+What kubectl refuses is refused, naming file, entry and field: a boolean field that is not a boolean (a
+quoted ``"false"``), ``insecure-skip-tls-verify`` with a CA, a field as both file and ``-data``, a client
+certificate without its key.
 """
 
 from __future__ import annotations
