@@ -12,6 +12,9 @@ plugins refresh short-lived tokens; only those users pay for its import (in a wo
 The semantics are the clients' own: the context given or else ``current-context``; relative paths resolved
 against the kubeconfig file's folder; ``*-data`` fields base64-decoded; ``KUBECONFIG`` may list several
 files, the first to define a name winning; service-account tokens re-read every minute (they rotate).
+What kubectl refuses is refused, naming file, entry and field: a boolean field that is not a boolean (a
+quoted ``"false"``), ``insecure-skip-tls-verify`` with a CA, a field as both file and ``-data``, a client
+certificate without its key.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import yaml
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS = 60.0  # as client-go: projected service-account tokens rotate
+_SOURCE = "source"  # the key under which a merged entry keeps the name of the file it came from
+_CLUSTER_FLAGS = ("insecure-skip-tls-verify", "disable-compression")  # booleans to kubectl
 
 
 class KubeconfigError(ValueError):
@@ -135,6 +140,19 @@ def in_cluster_config() -> ClusterConfig:
     return ClusterConfig(host=f"https://{host}:{port}", token_file=token, ca_file=str(ca_path))
 
 
+def in_a_pod() -> bool:
+    """Whether the process runs in a pod with a service account (what default credentials use first)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT / "token").is_file()
+
+
+def in_cluster_namespace() -> str | None:
+    """The pod's namespace, from its service account's ``namespace`` file (as KubernetesPodOperator)."""
+    try:
+        return (SERVICE_ACCOUNT / "namespace").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def read_kubeconfig_files(paths: str) -> tuple[dict[str, Any], str]:
     """The kubeconfig of ``paths`` (``os.pathsep``-separated, as ``KUBECONFIG``), merged, and the folder
     its relative paths are resolved against (the first file's)."""
@@ -156,20 +174,66 @@ def read_kubeconfig_files(paths: str) -> tuple[dict[str, Any], str]:
             raise KubeconfigError(f"the kubeconfig {path} is not valid YAML") from None
         if not isinstance(loaded, Mapping):
             raise KubeconfigError(f"the kubeconfig {path} is not a mapping")
-        _merge(merged, loaded)
+        _merge(merged, loaded, f"the kubeconfig {path}")
     return merged, str(Path(files[0]).expanduser().resolve().parent)
 
 
-def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> None:
-    """Merge as kubectl does: the first file to set ``current-context`` or define a name wins."""
+def read_kubeconfig_dict(kubeconfig: Mapping[str, Any]) -> dict[str, Any]:
+    """A kubeconfig given as a mapping (the connection's ``kube_config``), checked as a file is."""
+    merged: dict[str, Any] = {}
+    _merge(merged, kubeconfig, "the connection's kube_config")
+    return merged
+
+
+def _merge(into: dict[str, Any], more: Mapping[str, Any], source: str) -> None:
+    """Merge as kubectl does: the first file to set ``current-context`` or define a name wins. Each entry
+    keeps the name of the file it came from (``source``), for errors; ``source``'s values are type-checked
+    first, as kubectl refuses a whole file for one wrong type."""
+    _check_types(more, source)
     if "current-context" not in into and more.get("current-context"):
         into["current-context"] = more["current-context"]
     for section in ("clusters", "users", "contexts"):
         known = {entry.get("name") for entry in into.setdefault(section, [])}
         for entry in more.get(section) or []:
             if isinstance(entry, Mapping) and entry.get("name") not in known:
-                into[section].append(dict(entry))
+                into[section].append(_with_booleans({**entry, _SOURCE: source}))
                 known.add(entry.get("name"))
+
+
+def _with_booleans(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry with its cluster's flags as booleans: ``y``/``n`` are strings to PyYAML, and the client's
+    plugin loader takes any string for true."""
+    cluster = entry.get("cluster")
+    if isinstance(cluster, Mapping):
+        flags = {key: _flag(cluster, key, "") for key in _CLUSTER_FLAGS if key in cluster}
+        entry["cluster"] = {**cluster, **flags}
+    return entry
+
+
+def _check_types(kubeconfig: Mapping[str, Any], source: str) -> None:
+    """Refuse boolean fields that hold anything but a boolean: kubectl does, and a quoted ``"false"`` is a
+    string, true in Python (verification would be turned off)."""
+    for _, where, cluster in _entries(kubeconfig, "clusters", source):
+        for key in _CLUSTER_FLAGS:
+            _flag(cluster, key, where)
+    for _, where, user in _entries(kubeconfig, "users", source):
+        plugin = user.get("exec")
+        if isinstance(plugin, Mapping):
+            _flag(plugin, "provideClusterInfo", where, "exec.provideClusterInfo")
+
+
+def _flag(entry: Mapping[str, Any], key: str, where: str, label: str | None = None) -> bool:
+    """A kubeconfig boolean: a YAML boolean, or nothing (false). YAML 1.1's ``y`` and ``n``, booleans to
+    kubectl, reach us as strings (PyYAML reads them so) and count as the booleans they are."""
+    value = entry.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if value in ("y", "Y", "n", "N"):
+        return value in ("y", "Y")
+    kind = "string" if isinstance(value, str) else type(value).__name__
+    raise KubeconfigError(
+        f"{where}: {label or key} must be a boolean (true or false, unquoted), not the {kind} {value!r}"
+    )
 
 
 def uses_plugin(kubeconfig: Mapping[str, Any], context: str | None) -> bool:
@@ -178,8 +242,43 @@ def uses_plugin(kubeconfig: Mapping[str, Any], context: str | None) -> bool:
     return bool(user.get("exec") or user.get("auth-provider"))
 
 
+def check_usable(kubeconfig: Mapping[str, Any], context: str | None) -> None:
+    """Refuse what kubectl refuses in the cluster and user of ``context``: a CA as both file and data,
+    ``insecure-skip-tls-verify`` with a CA, a client certificate without its key (or as file and data)."""
+    chosen = _context(kubeconfig, context)
+    found = _found(kubeconfig, "clusters", chosen.get("cluster"))
+    if found is not None:
+        where, cluster = found
+        insecure = _flag(cluster, "insecure-skip-tls-verify", where)
+        _one_of(cluster, "certificate-authority", where)
+        ca = [key for key in ("certificate-authority", "certificate-authority-data") if cluster.get(key)]
+        if ca and insecure:
+            raise KubeconfigError(
+                f"{where}: insecure-skip-tls-verify is true and {ca[0]} is set: specifying a root "
+                "certificates file with the insecure flag is not allowed (kubectl refuses it too); keep one"
+            )
+    found = _found(kubeconfig, "users", chosen.get("user"))
+    if found is not None:
+        where, user = found
+        if user.get("client-certificate") or user.get("client-certificate-data"):
+            _one_of(user, "client-certificate", where)
+            _one_of(user, "client-key", where)
+            if not (user.get("client-key") or user.get("client-key-data")):
+                given = "client-certificate" if user.get("client-certificate") else "client-certificate-data"
+                raise KubeconfigError(
+                    f"{where}: {given} is set without client-key or client-key-data: "
+                    "a client certificate needs its key"
+                )
+
+
+def _one_of(entry: Mapping[str, Any], key: str, where: str) -> None:
+    if entry.get(key) and entry.get(f"{key}-data"):
+        raise KubeconfigError(f"{where}: {key} and {key}-data are both set: set only one of them")
+
+
 def static_config(kubeconfig: Mapping[str, Any], context: str | None, base_dir: str) -> ClusterConfig:
     """The cluster and static credentials of ``context`` (else the current context)."""
+    check_usable(kubeconfig, context)
     chosen = _context(kubeconfig, context)
     cluster = _entry(kubeconfig, "clusters", chosen.get("cluster"), required=True)
     user = _entry(kubeconfig, "users", chosen.get("user"), required=False)
@@ -197,7 +296,7 @@ def static_config(kubeconfig: Mapping[str, Any], context: str | None, base_dir: 
         ca_data=_decoded(cluster, "certificate-authority-data"),
         cert_file=files.path(user.get("client-certificate")) or files.data(user, "client-certificate-data"),
         key_file=files.path(user.get("client-key")) or files.data(user, "client-key-data"),
-        verify_ssl=not cluster.get("insecure-skip-tls-verify"),
+        verify_ssl=not _flag(cluster, "insecure-skip-tls-verify", "the kubeconfig"),  # check_usable: a bool
         tls_server_name=cluster.get("tls-server-name") or None,
         proxy=cluster.get("proxy-url") or None,
     )
@@ -213,14 +312,32 @@ def _context(kubeconfig: Mapping[str, Any], name: str | None) -> Mapping[str, An
 
 def _entry(kubeconfig: Mapping[str, Any], section: str, name: Any, *, required: bool) -> Mapping[str, Any]:
     """The ``context``/``cluster``/``user`` mapping of the named entry of ``section``."""
-    for entry in kubeconfig.get(section) or []:
-        if isinstance(entry, Mapping) and entry.get("name") == name:
-            inner = entry.get(section[:-1])
-            return inner if isinstance(inner, Mapping) else {}
+    found = _found(kubeconfig, section, name)
+    if found is not None:
+        return found[1]
     if required:
-        names = [e.get("name") for e in kubeconfig.get(section) or [] if isinstance(e, Mapping)]
+        names = [found[0] for found in _entries(kubeconfig, section)]
         raise KubeconfigError(f"the kubeconfig has no {section[:-1]} named {name!r} (it has {names})")
     return {}
+
+
+def _found(kubeconfig: Mapping[str, Any], section: str, name: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """Where the named entry of ``section`` is (its file and name, for errors) and its mapping."""
+    return next((found[1:] for found in _entries(kubeconfig, section) if found[0] == name), None)
+
+
+def _entries(
+    kubeconfig: Mapping[str, Any], section: str, source: str = "the kubeconfig"
+) -> list[tuple[Any, str, Mapping[str, Any]]]:
+    """The name, place (the file it came from, else ``source``, and the name) and ``context``/``cluster``/
+    ``user`` mapping of each of ``section``'s entries."""
+    found = []
+    for entry in kubeconfig.get(section) or []:
+        if isinstance(entry, Mapping):
+            inner = entry.get(section[:-1])
+            where = f"{entry.get(_SOURCE, source)}: {section[:-1]} {entry.get('name')!r}"
+            found.append((entry.get("name"), where, inner if isinstance(inner, Mapping) else {}))
+    return found
 
 
 def _decoded(entry: Mapping[str, Any], key: str) -> str | None:

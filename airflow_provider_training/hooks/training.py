@@ -27,6 +27,7 @@ from airflow_provider_training.hooks.connection import (
     DEFAULT_CONN_ID,
     KubeSettings,
     build_configuration,
+    default_namespace,
     load_connection_extras,
     load_connection_extras_sync,
     shared_configuration,
@@ -104,8 +105,9 @@ class AsyncTrainingJobHook(HookParameters):
         return self._settings
 
     async def get_namespace(self) -> str:
-        """The explicit namespace, else the connection's ``namespace`` extra, else ``"default"``."""
-        return (await self.get_settings()).namespace or "default"
+        """The explicit namespace, else the connection's ``namespace`` extra, else (on the pod's service
+        account) the pod's namespace, else ``"default"``."""
+        return default_namespace(await self.get_settings())
 
     async def transport(self) -> KubeTransport:
         """The hook's transport, created on first use (its sessions are shared, see ``transport._Pool``)."""

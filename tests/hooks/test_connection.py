@@ -128,6 +128,44 @@ async def test_missing_named_connection_is_an_error():
         load_connection_extras_sync("no_such_connection")
 
 
+async def test_a_missing_named_connection_fails_the_hooks_naming_it_and_falls_back_to_nothing(
+    kube, monkeypatch
+):
+    """``KUBECONFIG`` names a cluster; a hook on a connection that does not exist must not reach it."""
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    hook = AsyncTrainingJobHook("no_such_connection", retry=FAST_RETRY)
+    try:
+        with pytest.raises(AirflowNotFoundException, match="no_such_connection"):
+            await hook.list_pods("default", "")
+    finally:
+        await hook.close()
+    with (
+        TrainingJobHook("no_such_connection", retry=FAST_RETRY) as sync_hook,
+        pytest.raises(AirflowNotFoundException, match="no_such_connection"),
+    ):
+        sync_hook.get_namespace()
+    assert kube.requests == []
+
+
+async def test_a_missing_default_connection_is_said_in_the_log(kube, monkeypatch, caplog):
+    """No ``kubernetes_default``: the default credentials, as KubernetesHook, but not silently."""
+    monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    hook = AsyncTrainingJobHook(retry=FAST_RETRY)
+    try:
+        assert await hook.list_pods("default", "") == []
+    finally:
+        await hook.close()
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [
+        "The connection kubernetes_default is not defined: using the default credentials (the pod's service "
+        "account in a pod, else KUBECONFIG or ~/.kube/config)"
+    ]
+    assert len(pod_reads(kube)) == 1
+
+
 async def test_env_connection_extras_resolve_async_and_sync(monkeypatch):
     extra = {"namespace": "ns1", "kube_config": KUBECONFIG}
     monkeypatch.setenv("AIRFLOW_CONN_KTEST", json.dumps({"conn_type": "kubernetes", "extra": extra}))
