@@ -23,4 +23,4 @@ async def aread_status(hook: AsyncTrainingJobHook, kind: JobKind, job: Mapping[s
     needs_children = any(c.needed_for_status for c in kind.children)
     listed = await hook.list_children(kind, meta["name"], meta["namespace"]) if needs_children else {}
     children: ChildObjects = {key: list(objects) for key, objects in listed.items()}
-    return kind.status(job, children)
+    return kind.status(job, children, now=(await hook.server_clock()).now())
