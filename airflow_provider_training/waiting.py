@@ -34,6 +34,7 @@ from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
 from airflow_provider_training.slim import Packed
 
 if TYPE_CHECKING:
+    from airflow_provider_training.hooks.kubeconfig import ServerClock
     from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
     from airflow_provider_training.logs import ReplicaLogStreamer
     from airflow_provider_training.watch import Subscription, WatchEvent
@@ -84,6 +85,7 @@ class JobWaiter:
 
     __slots__ = (
         "_began",
+        "_clock",
         "_clock_start",
         "_created",
         "_events_refused",
@@ -132,6 +134,7 @@ class JobWaiter:
         self._state: JobState | None = None  # of the job as last evaluated (its status is read when asked)
         self.uid = options.uid
         self._started = False
+        self._clock: ServerClock | None = None  # the API server's, for its timestamps (wait/conclude set it)
         self._clock_start: datetime | None = None
         self._warned: dict[tuple[str, str], None] | None = None  # (pod, reason) warned of, once there is one
         self._last_seen: int | None = None  # the hash of the last logged (state, reason, replica counts)
@@ -183,6 +186,7 @@ class JobWaiter:
                             **selection,
                         )
                         subscriptions.append(subscription)
+                    self._clock = await self.hook.server_clock()  # only once subscribed (no await before)
                     self._began = datetime.now(UTC)
                     if self.opts.get_logs:
                         self._streamer = self._log_streamer()
@@ -227,6 +231,7 @@ class JobWaiter:
 
         with retry_until(self.opts.deadline):
             try:
+                self._clock = await self.hook.server_clock()
                 self._take_job(job)
                 if self.children:
                     listed = await self.hook.list_children(self.kind, self.name, self.namespace)
@@ -372,7 +377,11 @@ class JobWaiter:
         children: dict[str, list[RawObject]] = {
             k: [child.unpack() for child in v.values()] for k, v in self.children.items()
         }
-        return self.kind.status(job, children, grace_seconds=self.opts.status_grace_period)
+        return self.kind.status(job, children, grace_seconds=self.opts.status_grace_period, now=self._now())
+
+    def _now(self) -> datetime:
+        """Now on the API server's clock, which its timestamps (``creationTimestamp``) are compared with."""
+        return datetime.now(UTC) if self._clock is None else self._clock.now()
 
     async def _evaluate(self) -> None:
         job = self.job
@@ -414,7 +423,7 @@ class JobWaiter:
         self._note_suspended(status)
 
     def _note_suspended(self, status: JobStatus) -> None:
-        now = datetime.now(UTC)
+        now = self._now()  # _clock_start is compared with creationTimestamp
         if status.state != JobState.SUSPENDED:
             if self._suspended_logged_at is not None:
                 self._suspended_logged_at, self._clock_start = None, now
@@ -434,7 +443,7 @@ class JobWaiter:
     def _age(self) -> float:
         created = parse_time(self._created)
         start = max(filter(None, (created, self._clock_start)), default=None)
-        return 0.0 if start is None else (datetime.now(UTC) - start).total_seconds()
+        return 0.0 if start is None else (self._now() - start).total_seconds()
 
     def _check_time(self) -> None:
         now = datetime.now(UTC)

@@ -31,6 +31,8 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,30 @@ class TokenFile:
         return self._token
 
 
+class ServerClock:
+    """The API server's clock, as this machine sees it: its own, moved by how far the ``Date`` header of the
+    server's latest answer was from it when the answer came (whole seconds; unmoved until one came). What a
+    client compares with the server's timestamps (``creationTimestamp``) must be read from this, not from the
+    local clock, which may be minutes off."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self) -> None:
+        self.offset = 0.0  # seconds the server's clock is ahead of this machine's
+
+    def saw(self, date: str | None) -> None:
+        """Take the ``Date`` header of an answer that just came (an unreadable one changes nothing)."""
+        try:
+            server = parsedate_to_datetime(date) if date else None
+        except (TypeError, ValueError):
+            return
+        if server is not None and server.tzinfo is not None:
+            self.offset = (server - datetime.now(UTC)).total_seconds()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self.offset)
+
+
 @dataclass
 class ClusterConfig:
     """Where the API server is and how to authenticate and verify it: what the transport needs, no more."""
@@ -81,6 +107,8 @@ class ClusterConfig:
     proxy: str | None = None
     # exec / auth-provider users: the headers come from kubernetes_asyncio's refreshing configuration.
     plugin_headers: Callable[[], Awaitable[dict[str, str]]] | None = field(default=None, repr=False)
+    # Shared by every transport of this configuration (one object per connection).
+    clock: ServerClock = field(default_factory=ServerClock, repr=False, compare=False)
 
     async def auth_headers(self) -> dict[str, str]:
         """The ``Authorization`` header for the next request (empty without credentials)."""

@@ -18,7 +18,7 @@ import functools
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from airflow.sdk import BaseHook
 
@@ -47,6 +47,9 @@ from airflow_provider_training.hooks.transport import (
     object_path,
 )
 from airflow_provider_training.kinds.base import EVENTS, PODS, ChildResource, JobKind, ResourceRef
+
+if TYPE_CHECKING:
+    from airflow_provider_training.hooks.kubeconfig import ServerClock
 
 __all__ = [
     "AsyncTrainingJobHook",
@@ -123,6 +126,10 @@ class AsyncTrainingJobHook(HookParameters):
                         reload_credentials=lambda: build_configuration(settings),
                     )
         return self._transport
+
+    async def server_clock(self) -> ServerClock:
+        """The API server's clock (see :class:`~airflow_provider_training.hooks.kubeconfig.ServerClock`)."""
+        return (await self.transport()).clock
 
     @property
     def request_count(self) -> int:
@@ -676,6 +683,7 @@ class TrainingJobHook(HookParameters, BaseHook):
         self.close()
 
     get_namespace = _sync(AsyncTrainingJobHook.get_namespace)
+    server_clock = _sync(AsyncTrainingJobHook.server_clock)
     create_job = _sync(AsyncTrainingJobHook.create_job)
     get_job = _sync(AsyncTrainingJobHook.get_job)
     find_jobs = _sync(AsyncTrainingJobHook.find_jobs)

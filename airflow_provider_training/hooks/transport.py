@@ -41,7 +41,7 @@ from airflow_provider_training.kinds.base import ResourceRef
 from airflow_provider_training.offloop import import_off_loop, once_in_thread
 
 if TYPE_CHECKING:
-    from airflow_provider_training.hooks.kubeconfig import ClusterConfig
+    from airflow_provider_training.hooks.kubeconfig import ClusterConfig, ServerClock
     from airflow_provider_training.hooks.multiplex import H2Links
 
 Query = Iterable[tuple[str, str]]
@@ -214,6 +214,11 @@ class KubeTransport:
         self._reload_credentials = reload_credentials
         self.requests = 0
 
+    @property
+    def clock(self) -> ServerClock:
+        """The API server's clock, from the answers of every transport on this configuration."""
+        return self._configuration.clock
+
     async def close(self) -> None:
         if self._pool is not None:
             pool, self._pool = self._pool, None
@@ -241,6 +246,7 @@ class KubeTransport:
             fresh = await self._reload_credentials()
             self._configuration.take_credentials(fresh)
             answer = await send()
+        self._configuration.clock.saw((answer.headers or {}).get("Date"))
         if not 200 <= answer.status < 300:
             try:
                 raw = await answer.read()

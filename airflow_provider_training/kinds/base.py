@@ -258,10 +258,17 @@ class ReplicaPod:
 
 class StatusReader(Protocol):
     """``read_status(job, children)``; ``grace_seconds`` is how long an empty status counts as not yet
-    written before the result is ``stalled`` (every family reader takes it; the default is the kind's)."""
+    written before the result is ``stalled`` (every family reader takes it; the default is the kind's), as
+    of ``now`` on the API server's clock (``None``: this machine's)."""
 
     def __call__(
-        self, job: RawObject, children: ChildObjects, /, *, grace_seconds: float = ...
+        self,
+        job: RawObject,
+        children: ChildObjects,
+        /,
+        *,
+        grace_seconds: float = ...,
+        now: datetime | None = None,
     ) -> JobStatus: ...
 
 
@@ -330,18 +337,22 @@ class JobKind:
         return any(child.needed_for_status for child in self.children)
 
     def status(
-        self, job: RawObject, children: ChildObjects | None = None, *, grace_seconds: float | None = None
+        self,
+        job: RawObject,
+        children: ChildObjects | None = None,
+        *,
+        grace_seconds: float | None = None,
+        now: datetime | None = None,
     ) -> JobStatus:
-        """:attr:`read_status`, with the no-status grace period given (``None``: the kind's default).
+        """:attr:`read_status`, with the no-status grace period given (``None``: the kind's default), as of
+        ``now`` on the API server's clock (``None``: this machine's; see ``hooks.kubeconfig.ServerClock``).
 
         A failed job has no active replicas: those its status still counts as active (its operator stopped
         updating the counts when the job failed, and deleted or abandoned the pods) count as failed, the way
         the Kubeflow operator counts a running pod being deleted.
         """
-        if grace_seconds is None:
-            status = self.read_status(job, children or {})
-        else:
-            status = self.read_status(job, children or {}, grace_seconds=grace_seconds)
+        given: dict[str, Any] = {"grace_seconds": grace_seconds, "now": now}
+        status = self.read_status(job, children or {}, **{k: v for k, v in given.items() if v is not None})
         if status.state != JobState.FAILED or not any(c.active for c in status.replicas.values()):
             return status
         settled = {t: replace(c, active=0, failed=c.failed + c.active) for t, c in status.replicas.items()}

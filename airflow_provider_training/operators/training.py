@@ -234,6 +234,7 @@ class TrainingJobOperator(BaseOperator):
             on_finish_action=self.on_finish_action,
             push_result=self.do_xcom_push,
             multiple_outputs=self.multiple_outputs,
+            try_number=_try_number(context),
         )
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
@@ -312,6 +313,12 @@ class TrainingJobOperator(BaseOperator):
         thread = threading.Thread(target=self._delete_on_kill, args=(ref,), name="training-job-kill")
         thread.start()
         thread.join()
+
+
+def _try_number(context: Context) -> int | None:
+    """The running try, which the trigger compares with its task instance's when it is killed."""
+    number = getattr(context.get("ti"), "try_number", None)
+    return number if isinstance(number, int) else None
 
 
 def _deadline(op: BaseOperator, context: Context) -> str | None:

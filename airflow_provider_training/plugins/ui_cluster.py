@@ -131,7 +131,9 @@ async def read_snapshot(
         )
     except Exception as err:
         raise ClusterError(describe_failure(err, hook.kubernetes_conn_id)) from err
-    status = kind.status(job, children, grace_seconds=status_grace_period())
+    status = kind.status(
+        job, children, grace_seconds=status_grace_period(), now=(await hook.server_clock()).now()
+    )
     return Snapshot(job=job, status=status, pods=pods, events=[e for events in listed for e in events])
 
 

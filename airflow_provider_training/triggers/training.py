@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
@@ -43,6 +43,11 @@ RUNTIME_MODULES = (
     "airflow_provider_training.waiting",
     "airflow_provider_training.watch",
 )
+
+# A task instance in one of these ended for good: its trigger outlived it.
+FINISHED_TI_STATES = ("success", "failed", "skipped", "upstream_failed", "removed")
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from airflow._shared.logging.types import Logger
@@ -75,6 +80,8 @@ class TrainingJobTrigger(BaseTrigger):
     :param allow_missing: keep waiting while the job does not exist yet (sensors).
     :param on_kill_action: what ``on_kill()`` (a user acted on the deferred task) does with the job:
         ``delete`` it (and its cleanup children) or ``keep`` it.
+    :param try_number: the try that deferred on this trigger; a kill seen after the task instance moved on to
+        another try deletes nothing (``None``, from triggers serialized before it: not checked).
     :param end_from_trigger: on success, end the task from the triggerer (``TaskSuccessEvent``) instead of
         resuming it on a worker: apply ``on_finish_action``, log the final line and push the result as the
         ``return_value`` XCom (when ``push_result``). Failures always resume the worker.
@@ -121,6 +128,7 @@ class TrainingJobTrigger(BaseTrigger):
         return_value_from_log: bool = False,
         multiple_outputs: bool = False,
         poll_interval: float | None = None,  # check_interval's name in triggers serialized before
+        try_number: int | None = None,
     ):
         super().__init__()
         self.kind = kind
@@ -146,6 +154,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.push_result = push_result
         self.return_value_from_log = return_value_from_log
         self.multiple_outputs = multiple_outputs
+        self.try_number = try_number
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -172,6 +181,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "push_result": self.push_result,
                 "return_value_from_log": self.return_value_from_log,
                 "multiple_outputs": self.multiple_outputs,
+                "try_number": self.try_number,
             },
         )
 
@@ -301,49 +311,104 @@ class TrainingJobTrigger(BaseTrigger):
         return TaskSuccessEvent()
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task: delete the job and its cleanup children, unless ``keep``.
+        """The triggerer cancelled this trigger as a user's action: delete the job and its cleanup children,
+        unless ``keep`` or the evidence says no kill of a running try happened (:meth:`_kill_job`).
 
         The triggerer repeats its cancellation every loop until the trigger has ended, and cancels it again
         when it shuts down: the delete runs to its end regardless, within ``[triggerer] on_kill_timeout``.
         """
-        await run_to_end(self._kill_job(), on_kill_budget())
 
-    async def _kill_job(self) -> None:
+        async def kill() -> None:
+            await self._kill_job(await task_instance_state(self.task_instance))
+
+        await run_to_end(kill(), on_kill_budget())
+
+    async def _kill_job(self, state: str | None) -> bool:
+        """Delete the job as a kill does, unless ``keep`` or :meth:`_spared` finds why not; ``state`` is the
+        task instance's (``None``: unknown). Logs one line saying who decided; returns whether a delete was
+        sent."""
         if self.on_kill_action != "delete":
             self.log.info(
                 "Keeping %s %s/%s (on_kill_action='keep')", self.kind, self.namespace, self.job_name
             )
-            return
+            return False
         await import_off_loop(*RUNTIME_MODULES)
         hook = self._hook()
         try:
+            if (why := await self._spared(hook, state)) is not None:
+                self.log.info("Deleting nothing: %s", why)
+                return False
+            who = (
+                "the triggerer cancelled this trigger as a user's action"
+                if state is None
+                else f"the task instance is {state}, no longer deferred: a user or Airflow ended its try"
+            )
+            self.log.info("Deleting %s (on_kill_action='delete'): %s", self._label, who)
             deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
             self.log.info(
-                "%s %s/%s %s",
-                self.kind,
-                self.namespace,
-                self.job_name,
+                "%s %s",
+                self._label,
                 "deleted" if deleted else "was already gone (or is another try's job now)",
             )
+            return True
         finally:
             await hook.close()
 
+    @property
+    def _label(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.job_name}"
+
+    async def _spared(self, hook: AsyncTrainingJobHook, state: str | None) -> str | None:
+        """Why a kill must not delete the job, from the evidence; ``None``: delete it.
+
+        * the task instance (as the triggerer loaded it) is at another try than the one that deferred here:
+          that try decides about the job (a cleared task's next try replaces the killed try's job itself);
+        * the task instance finished and the job has ended too: nothing is left to stop, and an ended job is
+          ``on_finish_action``'s, which whoever finished the task applied. This is a trigger that outlived its
+          task, e.g. one ``airflow dags test`` ran inline and left in the metadata DB.
+        """
+        current = getattr(self.task_instance, "try_number", None)
+        if self.try_number is not None and current is not None and current != self.try_number:
+            return (
+                f"this trigger waited for try {self.try_number}, and the task instance is at try {current} "
+                f"now: that try decides about {self._label} (decided by this trigger from the try numbers)"
+            )
+        if state not in FINISHED_TI_STATES:
+            return None
+        from airflow_provider_training.reading import aread_status
+
+        job = await hook.get_job(self._job_kind(), self.job_name, self.namespace)
+        if job is None or (self.uid is not None and job["metadata"].get("uid") != self.uid):
+            return None  # the delete finds nothing of this try's to remove, and says so
+        ended = (await aread_status(hook, self._job_kind(), job)).state
+        if not ended.terminal:
+            return None
+        return (
+            f"{self._label} already ended ({ended.value}) and the task instance is {state}: no user ended "
+            f"a running try, nothing is left to stop, and an ended job is on_finish_action's "
+            f"('{self.on_finish_action}') (decided by this trigger from the task instance's and the job's "
+            "states)"
+        )
+
     async def _killed_while_away(self) -> WaitEvent | None:
-        """Whether the task instance this trigger serves was acted on while no triggerer ran it.
+        """Whether the task instance this trigger serves was acted on while no triggerer ran.
 
         A triggerer that starts finds the trigger of a task marked failed or success (or cleared) in the
         meantime and runs it once before Airflow cancels it; Airflow's own ``on_kill()`` then races with
         the start. The trigger asks the Task SDK for its task instance's state first: anything but
-        ``deferred`` means it was killed, and the job goes as ``on_kill()`` would remove it. A restart or a
+        ``deferred`` ends the trigger, the job going as ``on_kill()`` would remove it (:meth:`_kill_job`:
+        not when the task finished with its job, or moved on to another try). A restart or a
         redistribution of a still-deferred task finds it deferred and waits as usual.
         """
         state = await task_instance_state(self.task_instance)
         if state is None or state == "deferred":
             return None
-        self.log.info("The task instance is %s, no longer deferred: killed while no triggerer ran", state)
-        await run_to_end(self._kill_job(), on_kill_budget())
+        self.log.info("The task instance is %s, no longer deferred: this trigger ends here", state)
+        deleted = await run_to_end(self._kill_job(state), on_kill_budget())
         job = JobRef(self.job_name, self.namespace, self.uid, self.kind, self.api_version)
-        message = f"The task instance is {state}, no longer deferred; the trigger ended"
+        message = f"The task instance is {state}, no longer deferred; the trigger ended" + (
+            "" if deleted else " without deleting the job"
+        )
         return WaitEvent(Outcome.ERROR, job, message)
 
 
@@ -364,7 +429,7 @@ def on_kill_budget() -> float:
     return max(1.0, conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0) - 1.0)
 
 
-async def run_to_end(work: Coroutine[Any, Any, None], budget: float) -> None:
+async def run_to_end(work: Coroutine[Any, Any, T], budget: float) -> T:
     """Await ``work`` to its end even when the awaiting task is cancelled meanwhile, for ``budget`` seconds
     at most (then ``work`` is cancelled and :class:`TimeoutError` raised)."""
     loop = asyncio.get_running_loop()
@@ -377,7 +442,7 @@ async def run_to_end(work: Coroutine[Any, Any, None], budget: float) -> None:
             raise TimeoutError(f"gave up after {budget:.0f} s")
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(asyncio.shield(task), remaining)
-    task.result()
+    return task.result()
 
 
 async def task_instance_state(ti: Any) -> str | None:

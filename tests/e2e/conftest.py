@@ -317,6 +317,27 @@ def deploy_for(
     or a real API server's with a ServiceAccount's kubeconfig and namespace); ``env`` overrides settings,
     and ``login`` is the user the REST calls log in as (needed once ``env`` turns off
     ``simple_auth_manager_all_admins``)."""
+    deployment = migrated(connection, tmp_path_factory, dag_folder, env, login)
+    try:
+        for name in COMPONENTS:
+            deployment.start(name)
+        files = {p.name for p in (deployment.home / "dags").glob("*.py")}
+        deployment.wait("the API and the parsed DAGs", lambda: files <= _parsed(deployment), start_timeout)
+        deployment.wait("the triggerer to start", lambda: _triggerer_started(deployment), start_timeout)
+        yield deployment
+    finally:
+        _stop(deployment.processes)
+
+
+def migrated(
+    connection: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    dag_folder: Path,
+    env: Mapping[str, str] | None = None,
+    login: tuple[str, str] | None = None,
+) -> Airflow:
+    """A fresh AIRFLOW_HOME with a copy of ``dag_folder`` as its DAGs and a migrated SQLite DB, no component
+    started yet (see :func:`deploy_for` for the arguments)."""
     home = tmp_path_factory.mktemp("e2e-airflow")
     shutil.copytree(dag_folder, home / "dags", ignore=shutil.ignore_patterns("__pycache__"))
     api_port = free_port()
@@ -331,17 +352,7 @@ def deploy_for(
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
     with contextlib.closing(sqlite3.connect(home / "airflow.db")) as db:
         db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers no longer block the writers
-
-    deployment = Airflow(home, f"http://127.0.0.1:{api_port}", settings, login=login)
-    try:
-        for name in COMPONENTS:
-            deployment.start(name)
-        files = {p.name for p in (home / "dags").glob("*.py")}
-        deployment.wait("the API and the parsed DAGs", lambda: files <= _parsed(deployment), start_timeout)
-        deployment.wait("the triggerer to start", lambda: _triggerer_started(deployment), start_timeout)
-        yield deployment
-    finally:
-        _stop(deployment.processes)
+    return Airflow(home, f"http://127.0.0.1:{api_port}", settings, login=login)
 
 
 def _parsed(airflow: Airflow) -> set[str]:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from contextlib import suppress
 
 import pytest
+from airflow.sdk.api.datamodels._generated import TaskInstance
 
-from tests.operators.harness import job_or_none
+from tests.operators.harness import job_or_none, wait_for
 from tests.triggers.test_trigger import PYTORCH, create, trigger_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -52,3 +54,52 @@ async def test_on_kill_never_deletes_a_later_job_of_the_same_name_nor_its_childr
     assert "deletionTimestamp" not in job["metadata"]
     deletes = [r.path for r in cluster.requests[since:] if r.method == "DELETE"]
     assert len(deletes) == 1 and deletes[0].endswith("/pytorchjobs/kill-reused")  # refused: no child touched
+
+
+def succeeded(cluster, name: str) -> bool:
+    conditions = ((job_or_none(cluster, PYTORCH, name) or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
+
+
+async def test_a_kill_of_a_finished_task_instance_keeps_its_ended_job(cluster, capsys):
+    """A trigger that outlived its task (``airflow dags test`` leaves its row behind) deletes nothing."""
+    uid = create(cluster, "kill-ended", {"default": {"duration": 0}})["metadata"]["uid"]
+    await asyncio.to_thread(wait_for, lambda: succeeded(cluster, "kill-ended"))
+    since = len(cluster.requests)
+
+    deleted = await trigger_for("kill-ended", uid=uid)._kill_job("success")
+
+    assert not deleted
+    assert not [r for r in cluster.requests[since:] if r.method == "DELETE"]
+    assert job_or_none(cluster, PYTORCH, "kill-ended")["metadata"]["uid"] == uid
+    out = capsys.readouterr().out
+    assert "Deleting nothing: PyTorchJob default/kill-ended already ended (Succeeded)" in out
+    assert "decided by this trigger" in out
+
+
+async def test_a_kill_of_a_finished_task_instance_deletes_its_running_job(cluster, capsys):
+    """Marked failed while no triggerer ran: the job still runs, the user ended the try."""
+    uid = create(cluster, "kill-marked", {"default": {"duration": None}})["metadata"]["uid"]
+
+    assert await trigger_for("kill-marked", uid=uid)._kill_job("failed")
+
+    await asyncio.to_thread(wait_for, lambda: job_or_none(cluster, PYTORCH, "kill-marked") is None)
+    out = capsys.readouterr().out
+    said = "Deleting PyTorchJob default/kill-marked (on_kill_action='delete'): the task instance is failed"
+    assert said in out
+
+
+async def test_a_kill_seen_by_another_try_deletes_nothing(cluster, capsys):
+    """The trigger of try 1 killed once the task instance is at try 2: that try's job is not touched."""
+    uid = create(cluster, "kill-moved-on", {"default": {"duration": None}})["metadata"]["uid"]
+    trigger = trigger_for("kill-moved-on", uid=uid, try_number=1)
+    trigger.task_instance = TaskInstance(
+        id=uuid.uuid4(), task_id="t", dag_id="d", run_id="r", try_number=2, dag_version_id=uuid.uuid4()
+    )
+    since = len(cluster.requests)
+
+    assert not await trigger._kill_job("running")
+
+    assert not [r for r in cluster.requests[since:] if r.method == "DELETE"]
+    assert job_or_none(cluster, PYTORCH, "kill-moved-on")["metadata"]["uid"] == uid
+    assert "this trigger waited for try 1, and the task instance is at try 2 now" in capsys.readouterr().out

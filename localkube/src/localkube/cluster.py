@@ -28,6 +28,8 @@ class LocalKube:
     `crd_dir`: a directory of CRD YAMLs (searched recursively), or several.
     `namespaces`: created besides the ones every cluster has (default, kube-system, kube-public,
     kube-node-lease); like a real server, localkube answers 404 for an object in any other namespace.
+    `clock_offset`: seconds the server's clock is ahead of this machine's (negative: behind), as clients see
+    it in `metadata.creationTimestamp` and the `Date` header (`Store.clock_offset`).
     """
 
     def __init__(
@@ -42,11 +44,13 @@ class LocalKube:
         history_size: int = 1000,
         bookmark_interval: float = 5.0,
         namespaces: tuple[str, ...] | list[str] = (),
+        clock_offset: float = 0.0,
     ) -> None:
         self.runtime = runtime
         self.host, self.port = host, port
         self.token = token or secrets.token_urlsafe(24)
         self.store = Store(history_size=history_size)
+        self.store.clock_offset = clock_offset  # see Store.clock_offset
         self.logs = PodLogs()
         self.faults = Faults()
         self.faults.restart_hook = self._restart_anywhere

@@ -6,8 +6,10 @@ import asyncio
 import hmac
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -112,6 +114,8 @@ class _Api:
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         if RECORD in request:
             request[RECORD].status = response.status
+        if self.store.clock_offset:  # aiohttp adds its own Date only where none is set
+            response.headers["Date"] = formatdate(time.time() + self.store.clock_offset, usegmt=True)
 
     @web.middleware
     async def errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:

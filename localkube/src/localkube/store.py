@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from localkube.copying import clone
@@ -65,9 +65,9 @@ EXPIRED_CONTINUE_MSG = (
 )
 
 
-def now_rfc3339() -> str:
-    """Now as the API server writes timestamps: RFC 3339, whole seconds, UTC."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_rfc3339(offset: float = 0.0) -> str:
+    """Now (plus ``offset`` seconds) as the API server writes timestamps: RFC 3339, whole seconds, UTC."""
+    return (datetime.now(UTC) + timedelta(seconds=offset)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _encode_continue(rv: int, start: tuple[str, str]) -> str:
@@ -211,6 +211,10 @@ class Store:
         self._floor = 0  # resourceVersion of the newest change dropped from the history
         self._subs: list[Subscription] = []
         self.validator = validator
+        # Seconds the server's clock is ahead of this machine's (negative: behind), where clients compare it
+        # with theirs: metadata.creationTimestamp and the Date header of every answer. Status times written by
+        # the controllers and the kubelet stay on this machine's clock.
+        self.clock_offset = 0.0
         for rt in default_resource_types() if resource_types is None else resource_types:
             self.register(rt)
 
@@ -358,7 +362,7 @@ class Store:
                 meta["namespace"] = namespace
             else:
                 meta.pop("namespace", None)
-            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(self.clock_offset), generation=1)
             if not has_generation(rt):
                 del meta["generation"]
             if rt.has_status:
