@@ -3,7 +3,8 @@
 localkube's ``clock_offset`` puts the API server's clock, and its kubelet's (the log lines' timestamps and
 ``sinceTime``), 120 s behind this machine's. The tab's shared follow of a pod starts on the server's clock, so
 the lines written after a tab opened its stream reach it; started on this machine's clock, its ``sinceTime``
-lay 2 minutes in the cluster's future and it got none of them.
+lay 2 minutes in the cluster's future and it got none of them. The job view gives the server's now, which
+the tab measures the ages of pods and events from.
 
 The fixtures are tests/plugins/test_ui_api.py's (the same DAG, api-server app and client), on a skewed
 localkube: the job's master writes its lines and holds at a gate until the test opens it.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,15 @@ SKEW = -120.0  # the server's clock, behind this machine's
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
     with serve(tmp_path_factory, clock_offset=SKEW) as kube:
         yield kube
+
+
+def test_the_job_view_gives_the_servers_now_for_the_ages(client, run_id):
+    """The tab counts the ages of pods and events from ``server_time``, not from the browser's clock."""
+    view = wait_for(lambda: (v := job_view(client, run_id))["pods"] and v)
+
+    now = datetime.fromisoformat(view["server_time"])
+    created = max(datetime.fromisoformat(pod["created"]) for pod in view["pods"])
+    assert timedelta(0) <= now - created < timedelta(seconds=-SKEW / 2)  # this machine's: 2 minutes more
 
 
 def test_lines_written_after_the_stream_opened_arrive(client, run_id, cluster):
