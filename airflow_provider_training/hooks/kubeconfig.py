@@ -72,10 +72,11 @@ class ServerClock:
     client compares with the server's timestamps (``creationTimestamp``) must be read from this, not from the
     local clock, which may be minutes off."""
 
-    __slots__ = ("offset",)
+    __slots__ = ("known", "offset")
 
     def __init__(self) -> None:
         self.offset = 0.0  # seconds the server's clock is ahead of this machine's
+        self.known = False  # whether an answer's Date header has set it
 
     def saw(self, date: str | None) -> None:
         """Take the ``Date`` header of an answer that just came (an unreadable one changes nothing)."""
@@ -84,7 +85,7 @@ class ServerClock:
         except (TypeError, ValueError):
             return
         if server is not None and server.tzinfo is not None:
-            self.offset = (server - datetime.now(UTC)).total_seconds()
+            self.offset, self.known = (server - datetime.now(UTC)).total_seconds(), True
 
     def now(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.offset)

@@ -141,7 +141,8 @@ def create_app() -> FastAPI:
         if found.plain is not None:
             return found.plain
         assert found.kind is not None and found.snapshot is not None
-        return ui_views.job_view(found.record, found.kind, found.snapshot, found.record.link)
+        now = (await HOOKS.get(found.record.conn_id).server_clock()).now()
+        return ui_views.job_view(found.record, found.kind, found.snapshot, found.record.link, now)
 
     @app.get("/api/logs", dependencies=logs_readable)
     async def logs(

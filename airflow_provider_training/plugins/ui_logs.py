@@ -23,7 +23,6 @@ import collections
 import contextlib
 import json
 import signal
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -95,8 +94,7 @@ class PodFollow:
     def __init__(self, hook: AsyncTrainingJobHook, namespace: str, pod: str, uid: str, container: str):
         self.hook, self.namespace, self.pod, self.uid, self.container = hook, namespace, pod, uid, container
         self.key = _key(hook, namespace, pod, uid, container)
-        # Start a second back: the overlap with a listener's own catch-up read is filtered by its cursor.
-        self.cursor = LogCursor([(int(time.time()) - 1) * 1_000_000_000, 0])
+        self.cursor = LogCursor()  # set when the follow starts (_start)
         self.listeners: set[_Listener] = set()
         self.end: str | None = None
         self.task: asyncio.Task[None] | None = None
@@ -142,8 +140,10 @@ class PodFollow:
     async def _follow(self) -> str:
         """Follow until the container is done for good (or the pod is gone); returns why it ended."""
         while True:
-            fresh = self.cursor.session()
             try:
+                if self.cursor.key is None:
+                    await self._start()
+                fresh = self.cursor.session()
                 async for line in self.hook.follow_log(
                     self.namespace, self.pod, self.container, since_time=self.cursor.since(), timestamps=True
                 ):
@@ -167,6 +167,19 @@ class PodFollow:
             if (pod.get("status") or {}).get("phase") in _TERMINAL:
                 return f"the pod {pod['status']['phase'].lower()}"
             await asyncio.sleep(RETRY_SECONDS)  # restarting, or not started yet: look again
+
+    async def _start(self) -> None:
+        """Start a second back on the API server's clock: the kubelet stamps the lines, and takes
+        ``sinceTime``, on its node's, which keeps the server's time, not this machine's. The overlap with a
+        listener's own catch-up read is filtered by its cursor.
+
+        The clock is the connection's configuration's, which the tab's route read the job with (just now, or
+        for the snapshot it shares), so it has seen the server; only when it has not (the configuration was
+        loaded again since, the kubeconfig file having changed), a read of the pod sets it."""
+        clock = await self.hook.server_clock()
+        if not clock.known:
+            await self.hook.get_pod(self.namespace, self.pod)
+        self.cursor = LogCursor([(int(clock.now().timestamp()) - 1) * 1_000_000_000, 0])
 
 
 _FOLLOWS: dict[tuple[Any, ...], PodFollow] = {}

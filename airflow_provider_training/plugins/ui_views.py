@@ -7,6 +7,7 @@ finds stuck pods; nothing here names a family.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from airflow_provider_training import diagnostics as diag
@@ -51,8 +52,11 @@ def job_identity(record: TaskRecord, link: str | None) -> dict[str, Any]:
     return {**{key: ref.get(key) for key in keys}, "link": link or None}
 
 
-def job_view(record: TaskRecord, kind: JobKind, snapshot: Snapshot, link: str | None) -> dict[str, Any]:
-    """The ``job`` view: status, replica table, pods, stuck-pod warnings, events, log sources."""
+def job_view(
+    record: TaskRecord, kind: JobKind, snapshot: Snapshot, link: str | None, now: datetime
+) -> dict[str, Any]:
+    """The ``job`` view: status, replica table, pods, stuck-pod warnings, events, log sources; ``now`` on the
+    API server's clock, which the tab measures the ages of the server's timestamps from."""
     assert snapshot.job is not None and snapshot.status is not None
     status = snapshot.status
     pods = sorted(snapshot.pods, key=diag.pod_name)
@@ -94,6 +98,7 @@ def job_view(record: TaskRecord, kind: JobKind, snapshot: Snapshot, link: str | 
         ]
         + saved_sources(record, {diag.pod_name(pod) for pod in pods}),
         "refresh_seconds": None if finished else REFRESH_SECONDS,
+        "server_time": _time(now),
     }
 
 

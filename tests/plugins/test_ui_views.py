@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from airflow_provider_training.kinds.base import JobState, JobStatus
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.plugins.ui_cluster import Snapshot
@@ -78,7 +80,7 @@ def test_stuck_pods_rows_and_events():
     )
     record = TaskRecord(try_number=1, state="deferred", operator="PyTorchJobOperator", training=True, ref=REF)
 
-    view = job_view(record, PYTORCH, snapshot, None)
+    view = job_view(record, PYTORCH, snapshot, None, datetime(2026, 12, 1, 10, 2, tzinfo=UTC))
 
     assert {(w["pod"], w["reason"]) for w in view["warnings"]} == {
         ("mnist-worker-0", "ImagePullBackOff"),

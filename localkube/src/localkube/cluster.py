@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ class LocalKube:
     `namespaces`: created besides the ones every cluster has (default, kube-system, kube-public,
     kube-node-lease); like a real server, localkube answers 404 for an object in any other namespace.
     `clock_offset`: seconds the server's clock is ahead of this machine's (negative: behind), as clients see
-    it in `metadata.creationTimestamp` and the `Date` header (`Store.clock_offset`).
+    it in `metadata.creationTimestamp`, the `Date` header (`Store.clock_offset`) and the timestamps of log
+    lines.
     """
 
     def __init__(
@@ -51,7 +53,7 @@ class LocalKube:
         self.token = token or secrets.token_urlsafe(24)
         self.store = Store(history_size=history_size)
         self.store.clock_offset = clock_offset  # see Store.clock_offset
-        self.logs = PodLogs()
+        self.logs = PodLogs(lambda: time.time_ns() + round(self.store.clock_offset * 1e9))
         self.faults = Faults()
         self.faults.restart_hook = self._restart_anywhere
         self.requests: list[RequestRecord] = []

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -40,9 +40,13 @@ class _Instance:
 
 
 class PodLogs:
-    """Log lines per (namespace, pod, container), one list per container instance. Thread-safe."""
+    """Log lines per (namespace, pod, container), one list per container instance. Thread-safe.
 
-    def __init__(self) -> None:
+    `now_ns`: the node's clock, which stamps the lines and measures `sinceSeconds` (LocalKube's is the
+    server's, `clock_offset` included: a cluster's nodes and API server keep one time)."""
+
+    def __init__(self, now_ns: Callable[[], int] = time.time_ns) -> None:
+        self.now_ns = now_ns
         self._lock = threading.Lock()
         self._containers: dict[tuple[str, str, str], list[_Instance]] = {}
 
@@ -59,7 +63,7 @@ class PodLogs:
         """Append the lines of `text` (a missing final newline is added), timestamped now."""
         if not text:
             return
-        now = time.time_ns()
+        now = self.now_ns()
         with self._lock:
             instances = self._containers.setdefault((namespace, pod, container), [])
             if not instances or instances[-1].closed:
@@ -127,13 +131,13 @@ def _int_param(query: Mapping[str, str], name: str) -> int | None:
         raise ApiError.bad_request(f'{name}: Invalid value: "{query[name]}"') from None
 
 
-def _since_ns(query: Mapping[str, str]) -> int | None:
+def _since_ns(query: Mapping[str, str], now_ns: int) -> int | None:
     since_seconds = _int_param(query, "sinceSeconds")
     since_time = query.get("sinceTime")
     if since_seconds is not None and since_time:
         raise ApiError(422, "Invalid", "at most one of `sinceTime` or `sinceSeconds` may be specified")
     if since_seconds is not None:
-        return time.time_ns() - since_seconds * 1_000_000_000
+        return now_ns - since_seconds * 1_000_000_000
     if since_time:
         try:
             parsed = datetime.fromisoformat(since_time.replace("Z", "+00:00"))
@@ -170,14 +174,14 @@ def _waiting_reason(pod: dict, container: str) -> str | None:
     return None
 
 
-def _parse_query(pod: dict, query: Mapping[str, str], container: str | None) -> _LogQuery:
+def _parse_query(pod: dict, query: Mapping[str, str], container: str | None, now_ns: int) -> _LogQuery:
     return _LogQuery(
         container=container_of(pod, container),
         follow=query.get("follow", "").lower() in _TRUE,
         previous=query.get("previous", "").lower() in _TRUE,
         timestamps=query.get("timestamps", "").lower() in _TRUE,
         tail=_int_param(query, "tailLines"),
-        since_ns=_since_ns(query),
+        since_ns=_since_ns(query, now_ns),
         limit_bytes=_int_param(query, "limitBytes"),
     )
 
@@ -198,6 +202,11 @@ def _choose_instance(logs: PodLogs, pod: dict, q: _LogQuery) -> _Instance:
     return instances[-1]
 
 
+def _since(lines: list[tuple[int, str]], q: _LogQuery) -> list[tuple[int, str]]:
+    """The lines from `sinceTime` / `sinceSeconds` on: the kubelet applies it to followed lines too."""
+    return [line for line in lines if q.since_ns is None or line[0] >= q.since_ns]
+
+
 def _render(lines: list[tuple[int, str]], q: _LogQuery) -> str:
     return "".join(f"{rfc3339_nano(ts)} {text}" if q.timestamps else text for ts, text in lines)
 
@@ -209,11 +218,10 @@ async def serve_pod_log(
     GET .../pods/{name}/log (`container` from the query) and to the kubelet's GET
     /containerLogs/{namespace}/{pod}/{container}. `container` None: the pod's only container."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    q = _parse_query(pod, request.query, container)
+    q = _parse_query(pod, request.query, container, logs.now_ns())
     instance = _choose_instance(logs, pod, q)
     with logs._lock:
-        lines = [line for line in instance.lines if q.since_ns is None or line[0] >= q.since_ns]
-        seen = len(instance.lines)
+        lines, seen = _since(instance.lines, q), len(instance.lines)
     if q.tail is not None:
         lines = lines[-q.tail :] if q.tail > 0 else []
     budget = q.limit_bytes
@@ -248,7 +256,7 @@ async def _follow(
         await logs._wait(instance, seen)
         with logs._lock:
             fresh, seen, closed = instance.lines[seen:], len(instance.lines), instance.closed
-        chunk = _render(fresh, q).encode()
+        chunk = _render(_since(fresh, q), q).encode()
         if budget is not None:
             chunk = chunk[:budget]
             budget -= len(chunk)

@@ -212,8 +212,9 @@ class Store:
         self._subs: list[Subscription] = []
         self.validator = validator
         # Seconds the server's clock is ahead of this machine's (negative: behind), where clients compare it
-        # with theirs: metadata.creationTimestamp and the Date header of every answer. Status times written by
-        # the controllers and the kubelet stay on this machine's clock.
+        # with theirs: metadata.creationTimestamp, the Date header of every answer and the timestamps of log
+        # lines (LocalKube's PodLogs). Status times written by the controllers and the kubelet stay on this
+        # machine's clock.
         self.clock_offset = 0.0
         for rt in default_resource_types() if resource_types is None else resource_types:
             self.register(rt)

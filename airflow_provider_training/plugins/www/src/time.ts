@@ -12,6 +12,13 @@ export function age(rfc3339: string | null | undefined, now: number = Date.now()
   return `${Math.floor(hours / 24)}d`;
 }
 
+/** The time `rfc3339` (the API server's now) in ms, to measure ages from; `undefined` (the browser's now) when
+ * unknown. The browser's clock may be minutes off the cluster's. */
+export function instant(rfc3339: string | null | undefined): number | undefined {
+  const then = rfc3339 ? Date.parse(rfc3339) : Number.NaN;
+  return Number.isNaN(then) ? undefined : then;
+}
+
 /** An RFC 3339 time as the browser's local date and time; "" when unknown. */
 export function localTime(rfc3339: string | null | undefined): string {
   if (!rfc3339) return "";

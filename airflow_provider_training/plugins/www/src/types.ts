@@ -101,6 +101,8 @@ export interface JobResponse {
   events?: JobEvent[] | null;
   log_sources?: LogSource[] | null;
   refresh_seconds?: number | null;
+  /** The API server's now, which the ages of its timestamps are measured from. */
+  server_time?: string | null;
 }
 
 export interface LogLine {

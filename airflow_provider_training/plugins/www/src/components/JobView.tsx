@@ -1,6 +1,7 @@
 import { Heading, HStack, Link, Stack, Text } from "@chakra-ui/react";
 import type { ReactNode } from "react";
 
+import { instant } from "../time";
 import type { JobResponse, TaskInstanceKey } from "../types";
 import { Conditions } from "./Conditions";
 import { Events } from "./Events";
@@ -24,6 +25,7 @@ function Section({ title, children }: { title: string; children: ReactNode }) {
 /** The `job` view: state, conditions, replicas, pods, stuck pods, events and logs. */
 export function JobView({ data, task }: { data: JobResponse; task: TaskInstanceKey }) {
   const { job, status } = data;
+  const now = instant(data.server_time);
   return (
     <Stack gap={5}>
       <HStack gap={3} wrap="wrap">
@@ -55,13 +57,13 @@ export function JobView({ data, task }: { data: JobResponse; task: TaskInstanceK
         <ReplicaTable replicas={data.replicas ?? []} />
       </Section>
       <Section title="Pods">
-        <PodTable pods={data.pods ?? []} />
+        <PodTable pods={data.pods ?? []} now={now} />
       </Section>
       <Section title="Logs">
         <LogViewer sources={data.log_sources ?? []} task={task} />
       </Section>
       <Section title="Events">
-        <Events events={data.events ?? []} />
+        <Events events={data.events ?? []} now={now} />
       </Section>
     </Stack>
   );

@@ -116,6 +116,17 @@ describe("the job view", () => {
     expect(screen.getByTestId("pod-master-0")).toHaveTextContent("e2e-train-master-0");
   });
 
+  it("counts the pods' and events' ages on the API server's clock, not the browser's", async () => {
+    // Created at 10:00:01 on the cluster's clock; the server's now is 42 s later, the browser's is days off.
+    new Network().on(JOB, json(runningJob({ log_sources: [], server_time: "2026-12-01T10:00:43.250Z" })));
+    renderTab();
+
+    const master = await screen.findByTestId("pod-master-0");
+    expect(within(master).getAllByRole("cell").at(-1)).toHaveTextContent(/^42s$/);
+    const events = within(screen.getByRole("table", { name: "Events" })).getAllByRole("row").slice(1);
+    expect(within(events[0]).getAllByRole("cell").at(-1)).toHaveTextContent(/^42s$/);
+  });
+
   it("warns about stuck pods", async () => {
     const data = runningJob({
       log_sources: [],
