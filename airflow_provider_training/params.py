@@ -29,6 +29,12 @@ ON_KILL_ACTIONS: tuple[OnKillAction, ...] = get_args(OnKillAction)
 DECIDING = "deciding"
 LOG_REPLICAS_ALIASES = {"master": DECIDING}
 LOG_REPLICAS_CHOICES = (DECIDING, "all", *LOG_REPLICAS_ALIASES)
+# What the builders and decorators give a job unless told otherwise (specs.builders, decorators): a PyTorchJob
+# replica that fails is not restarted, so the job fails at once (a task's ``retries`` submit it again); a
+# replica that does restart (a ``restart_policy`` of ``OnFailure``, a kind whose operator defaults to it) does
+# so until ``runPolicy.backoffLimit`` fails the job, on the kinds whose API has that field.
+DEFAULT_RESTART_POLICY = "Never"
+DEFAULT_BACKOFF_LIMIT = 3
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
