@@ -26,6 +26,7 @@ from airflow_provider_training.params import (
     TARGET_STATES,
     check_choice,
     check_max_log_streams,
+    check_max_restarts,
     check_seconds,
 )
 
@@ -73,6 +74,9 @@ class TrainingJobTrigger(BaseTrigger):
         timeout); watch events arrive at once. ``poll_interval`` is its name in earlier versions, still
         accepted so that their serialized triggers load.
     :param allow_missing: keep waiting while the job does not exist yet (sensors).
+    :param max_restarts: end the wait as failed once a replica that keeps failing restarted more than this
+        many times (its pod's restarts, and those of the pods the operator replaced under its name);
+        ``None`` (default): no limit.
     :param on_kill_action: what ``on_kill()`` (a user acted on the deferred task) does with the job:
         ``delete`` it (and its cleanup children) or ``keep`` it.
     :param end_from_trigger: on success, end the task from the triggerer (``TaskSuccessEvent``) instead of
@@ -120,6 +124,7 @@ class TrainingJobTrigger(BaseTrigger):
         push_result: bool = True,
         return_value_from_log: bool = False,
         multiple_outputs: bool = False,
+        max_restarts: int | None = None,
         poll_interval: float | None = None,  # check_interval's name in triggers serialized before
     ):
         super().__init__()
@@ -146,6 +151,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.push_result = push_result
         self.return_value_from_log = return_value_from_log
         self.multiple_outputs = multiple_outputs
+        self.max_restarts = check_max_restarts(max_restarts)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -172,6 +178,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "push_result": self.push_result,
                 "return_value_from_log": self.return_value_from_log,
                 "multiple_outputs": self.multiple_outputs,
+                "max_restarts": self.max_restarts,
             },
         )
 
@@ -218,6 +225,7 @@ class TrainingJobTrigger(BaseTrigger):
             allow_missing=self.allow_missing,
             log_resume=log_resume,
             log_mark_until=log_mark_until,
+            max_restarts=self.max_restarts,
         )
         return JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, log)
 
