@@ -46,6 +46,18 @@ def stuck_reasons(pod: RawObject) -> list[tuple[str, str]]:
     return found
 
 
+def restarts(pod: RawObject) -> tuple[int, str | None, int | None]:
+    """The pod's most restarted container: its ``restartCount``, its name, and the non-zero exit code its
+    latest finished run ended with (``None``: it has not failed, or its latest run succeeded)."""
+    statuses = _container_statuses(pod)
+    if not statuses:
+        return 0, None, None
+    cs = max(statuses, key=lambda cs: int(cs.get("restartCount") or 0))
+    term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}
+    exit_code = int(term.get("exitCode") or 0)
+    return int(cs.get("restartCount") or 0), cs.get("name"), exit_code or None
+
+
 def pod_started(pod: RawObject) -> bool:
     return (pod.get("status") or {}).get("phase") in STARTED_PHASES
 

@@ -238,19 +238,26 @@ class _Pod:
         else:
             self.see(pod)
         self.changed = True
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
+        if self.waiter is not None:
+            _wake(self.waiter)
 
     async def wait_change(self, timeout: float | None = None) -> None:
-        """Until the pod changes (or ``timeout`` s), unless it changed since ``changed`` was cleared."""
+        """Until the pod changes (or ``timeout`` s), unless it changed since ``changed`` was cleared.
+
+        The timeout is a timer that wakes the waiter, not ``asyncio.wait_for``: on Python 3.11 that returns
+        normally when the follow is cancelled just as the change arrives (the cancel is lost), and the follow
+        then waits for ever for a change that no watch brings any more (its streamer stopping)."""
         if self.changed:
             return
-        self.waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.waiter = waiter = loop.create_future()
+        timer = loop.call_later(timeout, _wake, waiter) if timeout is not None else None
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.waiter, timeout)
+            await waiter
         finally:
             self.waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def add_to_tail(self, text: str) -> None:
         if self.tail_lines <= 0:
@@ -827,6 +834,11 @@ def replica_label(replica: ReplicaPod) -> str:
     return replica.replica_type.lower() + (
         f" {replica.name}" if replica.index is None else f"-{replica.index}"
     )
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _retry_later(err: BaseException) -> bool:

@@ -29,6 +29,15 @@ ON_KILL_ACTIONS: tuple[OnKillAction, ...] = get_args(OnKillAction)
 DECIDING = "deciding"
 LOG_REPLICAS_ALIASES = {"master": DECIDING}
 LOG_REPLICAS_CHOICES = (DECIDING, "all", *LOG_REPLICAS_ALIASES)
+# What the builders and decorators give a job unless told otherwise (specs.builders, decorators): a PyTorchJob
+# replica that fails is not restarted, so the job fails at once (a task's ``retries`` submit it again); a
+# replica that does restart (a ``restart_policy`` of ``OnFailure``, a kind whose operator defaults to it) does
+# so until ``runPolicy.backoffLimit`` fails the job, on the kinds whose API has that field.
+# ``DEFAULT_MAX_RESTARTS``: the operators' ``max_restarts``, past which a replica that keeps failing fails the
+# task whatever the job's own policy.
+DEFAULT_RESTART_POLICY = "Never"
+DEFAULT_BACKOFF_LIMIT = 3
+DEFAULT_MAX_RESTARTS = 3
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -167,12 +176,20 @@ def check_log_replicas(value: Any) -> str | list[str]:
 
 def check_max_log_streams(value: Any) -> int | None:
     """``None`` (half the triggerer's open-file limit) or a positive whole number of followed pods."""
+    return _optional_count("max_log_streams", value, 1, "a positive whole number of log streams")
+
+
+def check_max_restarts(value: Any) -> int | None:
+    """``None`` (no limit) or a whole number >= 0 of restarts one replica may have."""
+    return _optional_count("max_restarts", value, 0, "a whole number >= 0 of restarts of one replica")
+
+
+def _optional_count(name: str, value: Any, minimum: int, expected: str) -> int | None:
+    """``None`` or a whole number >= ``minimum`` (bools and numeric strings refused)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"max_log_streams must be a positive whole number of log streams, or None; got {value!r}"
-        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be {expected}, or None; got {value!r}")
     return value
 
 

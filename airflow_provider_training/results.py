@@ -67,7 +67,9 @@ def result_line(result: Mapping[str, Any]) -> str:
 
 def finish_deletion(event: WaitEvent, on_finish_action: OnFinishAction) -> str | None:
     """Why the job is deleted once the wait ended (``None``: it is kept): a timed-out job always, a finished
-    one as ``on_finish_action`` says; after an ``error`` event (the wait broke, not the job) it is kept."""
+    one as ``on_finish_action`` says, a ``failed`` one too (also when the wait failed it, its job still
+    running: a replica past ``max_restarts``); after an ``error`` event (the wait broke, not the job) it is
+    kept."""
     if event.job is None:
         return None
     if event.outcome is Outcome.TIMEOUT:
@@ -76,7 +78,7 @@ def finish_deletion(event: WaitEvent, on_finish_action: OnFinishAction) -> str |
     deletes = on_finish_action == "delete" or (
         on_finish_action == "delete_succeeded" and state is JobState.SUCCEEDED
     )
-    if state in (JobState.SUCCEEDED, JobState.FAILED) and deletes:
+    if (state in (JobState.SUCCEEDED, JobState.FAILED) or event.outcome is Outcome.FAILED) and deletes:
         return f"on_finish_action={on_finish_action!r}"
     return None
 

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from airflow_provider_training import diagnostics as diag
 from airflow_provider_training.kinds.base import (
@@ -59,6 +59,7 @@ class WaitOptions:
     allow_missing: bool = False
     log_resume: Mapping[str, Any] | None = None  # ReplicaLogStreamer.cursors() of a previous trigger
     log_mark_until: int | None = None  # lines stamped up to this key may repeat (marked)
+    max_restarts: int | None = None  # restarts of one replica past which a failing one ends the wait
 
 
 class Log(Protocol):
@@ -68,6 +69,16 @@ class Log(Protocol):
     def warning(self, msg: Any, /, *args: Any) -> Any: ...
     def error(self, msg: Any, /, *args: Any) -> Any: ...
     def exception(self, msg: Any, /, *args: Any) -> Any: ...
+
+
+class _Restarts(NamedTuple):
+    """One replica pod's restarts as last seen: its uid, those of the earlier pods of its name (replaced by
+    the operator), its own, and the exit code its latest run failed with (``None``: not failed)."""
+
+    uid: str | None
+    earlier: int
+    own: int
+    exit_code: int | None
 
 
 class _Finished(Exception):
@@ -93,6 +104,7 @@ class JobWaiter:
         "_last_message",
         "_last_seen",
         "_notes",
+        "_restarts",
         "_started",
         "_state",
         "_streamer",
@@ -137,6 +149,7 @@ class JobWaiter:
         self._clock: ServerClock | None = None  # the API server's, for its timestamps (wait/conclude set it)
         self._clock_start: datetime | None = None
         self._warned: dict[tuple[str, str], None] | None = None  # (pod, reason) warned of, once there is one
+        self._restarts: dict[str, _Restarts] | None = None  # by pod name, once one restarted or failed
         self._last_seen: int | None = None  # the hash of the last logged (state, reason, replica counts)
         self._last_message = ""
         self._suspended_logged_at: datetime | None = None
@@ -347,7 +360,10 @@ class JobWaiter:
     async def _on_pod(self, event: WatchEvent) -> None:
         obj = event.object
         name = diag.pod_name(obj)
-        if not self._record_pod(event) or event.type == "DELETED":
+        if not self._record_pod(event):
+            return
+        self._count_restarts(obj)
+        if event.type == "DELETED":
             return
         if diag.pod_started(obj):
             self._started = True
@@ -357,6 +373,40 @@ class JobWaiter:
             if (name, reason) not in self._warned:
                 self._warned[name, reason] = None
                 await self._warn_stuck(obj, reason, message)
+
+    def _count_restarts(self, pod: RawObject) -> None:
+        """Count the restarts of the pod's replica: its containers' ``restartCount``, plus, when the operator
+        replaced the pod under the same name, the earlier pod's, and one for the replacement of a failed one.
+        Ends the wait as failed once a replica whose latest run failed restarted more than ``max_restarts``
+        times: its job may never fail by itself (no ``backoffLimit``, or restarts it does not count)."""
+        limit = self.opts.max_restarts
+        if limit is None:
+            return
+        name, uid = diag.pod_name(pod), _uid(pod)
+        own, container, exit_code = diag.restarts(pod)
+        known = (self._restarts or {}).get(name)
+        earlier = 0 if known is None else known.earlier
+        if known is not None and known.uid != uid:
+            earlier += known.own + (known.exit_code is not None)
+            if not own and exit_code is None:
+                exit_code = known.exit_code  # not ended yet: the replica's latest run is the earlier pod's
+        if known is None and not own and exit_code is None:
+            return
+        if self._restarts is None:
+            self._restarts = {}
+        self._restarts[name] = _Restarts(uid, earlier, own, exit_code)
+        if exit_code is None or earlier + own <= limit:
+            return
+        replica = self.kind.replica_of_pod(pod)
+        where = replica.replica_type if replica.index is None else f"{replica.replica_type} {replica.index}"
+        container = container or self.kind.default_container
+        raise _Finished(
+            Outcome.FAILED,
+            f"replica {where} (pod {name}, container {container}) keeps failing: restarted {earlier + own} "
+            f"times, more than max_restarts={limit}; its last exit code was {exit_code}. The job itself has "
+            "not failed",
+            self.status,
+        )
 
     async def _warn_stuck(self, obj: RawObject, reason: str, message: str) -> None:
         pod = diag.pod_name(obj)

@@ -32,7 +32,8 @@ def trial_jobs(params: dict, run_id: str) -> list[dict]:
             args=["--lr", str(lr), "--epochs", str(params["epochs"]), "--metrics-out", f"{out}/{lr}.json"],
             master=1,
             workers=1,
-            run_policy={"backoffLimit": 2},  # a replica that keeps failing fails the job after 2 restarts
+            restart_policy="OnFailure",  # a failing replica restarts in place...
+            run_policy={"backoffLimit": 2},  # ...and fails the job after 2 restarts
         )
         for lr in params["learning_rates"]
     ]

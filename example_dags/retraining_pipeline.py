@@ -103,7 +103,8 @@ with DAG(
             ],
             master=1,
             workers=1,
-            run_policy={"backoffLimit": 2},  # a replica that keeps failing fails the job after 2 restarts
+            restart_policy="OnFailure",  # a failing replica restarts in place...
+            run_policy={"backoffLimit": 2},  # ...and fails the job after 2 restarts
         ),
         deferrable=True,
         log_replicas="all",

@@ -17,7 +17,7 @@ from localkube.cluster import LocalKube
 from airflow_provider_training import logs
 from airflow_provider_training.hooks import transport
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.kinds.base import PODS, JobKind
+from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.logs import (
     SAVED_LINE_CHARS,
@@ -884,3 +884,20 @@ async def test_a_backlog_is_handed_on_in_pieces_and_the_loop_runs_between_them(e
     assert max(waiting for waiting, _, _ in takes) > 4 * transport.LINES_PIECE  # a backlog was waiting
     assert all(taken <= transport.LINES_PIECE for _, taken, _ in takes)  # and went on in pieces
     assert all(before < after for (_, _, before), (_, _, after) in pairwise(takes))  # the loop ran between
+
+
+async def test_a_follow_cancelled_as_its_pod_changes_ends():
+    """A follow cancelled in the loop step its pod changes in (a wait that ends on a pod event: its streamer
+    stops the follows as the same event wakes them) ends. ``asyncio.wait_for`` lost that cancel on Python
+    3.11, and the stopping streamer then waited for ever for the follow."""
+    pod_object = {"metadata": {"name": "job-worker-0", "uid": "u1"}, "status": {"phase": "Running"}}
+    replica = ReplicaPod("Worker", 0, "job-worker-0")
+    pod = logs._Pod(None, "job-worker-0", replica, "main", pod_object, 0)  # type: ignore[arg-type]
+    follow = asyncio.create_task(pod.wait_change(60))
+    await asyncio.sleep(0)  # it waits for a change
+
+    pod.update(pod_object)
+    follow.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await follow

@@ -20,7 +20,7 @@ from airflow_provider_training.decorators.base import (
 )
 from airflow_provider_training.decorators.shipping import bootstrap_command
 from airflow_provider_training.operators.kubeflow import PyTorchJobOperator
-from airflow_provider_training.params import check_text
+from airflow_provider_training.params import DEFAULT_RESTART_POLICY, check_text
 
 
 class PyTorchJobFunctionOperator(TrainingFunctionOperator, PyTorchJobOperator):
@@ -30,10 +30,11 @@ class PyTorchJobFunctionOperator(TrainingFunctionOperator, PyTorchJobOperator):
     :param workers: Worker replicas besides the one Master (``0``: the Master alone).
     :param env: more env variables for every replica (a mapping, or a list of env entries).
     :param resources: each replica container's ``resources``. :param container: more container fields.
-    :param pod_spec: more pod spec fields. :param restart_policy: default ``"Never"``: an exception fails
-        the job at once (``"OnFailure"`` with ``run_policy={"backoffLimit": n}`` retries the replica).
+    :param pod_spec: more pod spec fields. :param restart_policy: default ``"Never"``, as
+        :func:`~airflow_provider_training.specs.pytorch_job`'s: an exception fails the job at once
+        (``"OnFailure"`` restarts the replica, until ``runPolicy.backoffLimit`` restarts fail the job).
     :param run_policy: ``spec.runPolicy``; its ``cleanPodPolicy`` defaults to ``"None"`` (the Master's pod
-        must outlive the job for its return value to be read).
+        must outlive the job for its return value to be read), its ``backoffLimit`` to the builders' 3.
     """
 
     custom_operator_name: ClassVar[str] = "@task.pytorch_job"
@@ -49,7 +50,7 @@ class PyTorchJobFunctionOperator(TrainingFunctionOperator, PyTorchJobOperator):
         resources: Any = None,
         container: Mapping[str, Any] | None = None,
         pod_spec: Mapping[str, Any] | None = None,
-        restart_policy: str = "Never",
+        restart_policy: str = DEFAULT_RESTART_POLICY,
         **kwargs: Any,
     ) -> None:
         self.image = check_text("image", image)

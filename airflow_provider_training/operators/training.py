@@ -21,6 +21,7 @@ from airflow_provider_training.links import TrainingJobLink
 from airflow_provider_training.params import (
     ACTIONS_IF_EXISTS,
     DECIDING,
+    DEFAULT_MAX_RESTARTS,
     ON_FINISH_ACTIONS,
     ON_KILL_ACTIONS,
     WAIT_UNTIL,
@@ -31,6 +32,7 @@ from airflow_provider_training.params import (
     check_log_replicas,
     check_log_replicas_for,
     check_max_log_streams,
+    check_max_restarts,
     check_namespace,
     check_optional_seconds,
     check_seconds,
@@ -74,6 +76,10 @@ class TrainingJobOperator(BaseOperator):
         types. :param max_log_streams: how many replica pods the triggerer follows live at once, over all its
         jobs (default: half its open-file limit); past it, this job follows only its deciding replica.
     :param startup_timeout: seconds after creation within which a replica pod must start (else ``timeout``).
+    :param max_restarts: fail the task once a replica that keeps failing restarted more than this many times
+        (its pod's restarts, and those of the pods the operator replaced under its name), naming the replica,
+        its exit code and last log lines; the job is then deleted or kept as ``on_finish_action`` says.
+        Default 3; ``None``: no limit (the job's own ``backoffLimit`` decides).
     :param check_interval: the longest time, in seconds, between the wait's time-based checks (the
         deadline, the startup timeout); watch events arrive at once. ``poll_interval`` is its deprecated
         name (nothing polls), still accepted with a ``DeprecationWarning``.
@@ -110,6 +116,7 @@ class TrainingJobOperator(BaseOperator):
         max_log_streams: int | None = None,
         startup_timeout: float | None = conf.getfloat("training", "startup_timeout", fallback=600.0),
         check_interval: float = 5.0,
+        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         poll_interval: float | None = None,  # check_interval's deprecated name, kept for .partial() too
@@ -144,6 +151,7 @@ class TrainingJobOperator(BaseOperator):
         self.max_log_streams = check_max_log_streams(max_log_streams)
         self.startup_timeout = check_optional_seconds("startup_timeout", startup_timeout)
         self.check_interval = check_seconds("check_interval", check_interval)
+        self.max_restarts = check_max_restarts(max_restarts)
         self.labels = check_labels("labels", labels)
         self.annotations = check_annotations("annotations", annotations)
         self._job_ref: JobRef | None = None
@@ -235,6 +243,7 @@ class TrainingJobOperator(BaseOperator):
             push_result=self.do_xcom_push,
             multiple_outputs=self.multiple_outputs,
             try_number=_try_number(context),
+            max_restarts=self.max_restarts,
         )
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:

@@ -1,8 +1,9 @@
 """Manifests for the common case, for DAG files: one image, a command, a number of replicas per type.
 
 Every builder returns the validated manifest dict (see :func:`load_job`); without ``name`` the operator names
-the job. Kubernetes client objects (``V1ResourceRequirements``, ``V1EnvVar``, ...) may be passed wherever a
-dict is expected.
+the job. Every job gets ``runPolicy.backoffLimit`` (default :data:`DEFAULT_BACKOFF_LIMIT`) where its kind's
+API has that field, so that a replica that restarts for ever fails the job. Kubernetes client objects
+(``V1ResourceRequirements``, ``V1EnvVar``, ...) may be passed wherever a dict is expected.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 from airflow_provider_training.kinds import JobKind, get_kind
-from airflow_provider_training.specs.loader import load_job, model_for
+from airflow_provider_training.params import DEFAULT_BACKOFF_LIMIT, DEFAULT_RESTART_POLICY
+from airflow_provider_training.specs.loader import has_field, load_job, model_for
 
 Command = Sequence[str] | str
 
@@ -26,7 +28,8 @@ class JobOptions(TypedDict, total=False):
     resources: Any  # {"limits": {...}, "requests": {...}} or a V1ResourceRequirements
     env: Mapping[str, str] | Sequence[Any]  # {"NAME": "value"} or a list of env entries / V1EnvVar
     restart_policy: str  # Always | OnFailure | Never | ExitCode; unset: the operator's default for the kind
-    run_policy: Mapping[str, Any]  # {"cleanPodPolicy": "None", "backoffLimit": 3, ...}
+    # {"cleanPodPolicy": "None", "backoffLimit": 3, ...}; backoffLimit defaults to DEFAULT_BACKOFF_LIMIT
+    run_policy: Mapping[str, Any]
     # more container fields: ports, volumeMounts, imagePullPolicy, workingDir, ...
     container: Mapping[str, Any]
     pod_spec: Mapping[str, Any]  # more pod spec fields: volumes, nodeSelector, tolerations, ...
@@ -65,8 +68,11 @@ def build_job(
     }
     packed = model_for(job_kind).pack_replica_specs(replica_specs)
     spec: dict[str, Any] = {**options.get("spec", {}), job_kind.replica_spec_key: packed}
-    if "run_policy" in options:
-        spec["runPolicy"] = options["run_policy"]
+    run_policy = dict(options["run_policy"] if "run_policy" in options else spec.get("runPolicy") or {})
+    if has_field(job_kind, "spec.runPolicy.backoffLimit"):
+        run_policy.setdefault("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+    if run_policy:
+        spec["runPolicy"] = run_policy
     manifest = {"apiVersion": job_kind.api_version, "kind": job_kind.kind, "metadata": metadata, "spec": spec}
     return load_job(manifest, kind=job_kind)
 
@@ -137,8 +143,10 @@ def pytorch_job(
     nproc_per_node: str | int | None = None,
     **options: Unpack[JobOptions],
 ) -> dict[str, Any]:
-    """A PyTorchJob; ``restart_policy`` defaults to OnFailure; ``nproc_per_node`` is ``spec.nprocPerNode``."""
-    options.setdefault("restart_policy", "OnFailure")
+    """A PyTorchJob; ``restart_policy`` defaults to Never, as ``@task.pytorch_job``'s (a failing replica fails
+    the job at once; ``OnFailure`` restarts it within ``runPolicy.backoffLimit``); ``nproc_per_node`` is
+    ``spec.nprocPerNode``."""
+    options.setdefault("restart_policy", DEFAULT_RESTART_POLICY)
     if nproc_per_node is not None:
         options["spec"] = {**options.get("spec", {}), "nprocPerNode": str(nproc_per_node)}
     return build_job(

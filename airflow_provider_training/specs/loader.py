@@ -57,6 +57,13 @@ def model_for(kind: JobKind) -> type[JobModel]:
     return _models().get((kind.api_version, kind.kind)) or _untyped_model(kind.api_version, kind.kind)
 
 
+def has_field(kind: JobKind, path: str) -> bool:
+    """Whether ``kind``'s API has the field at the dotted JSON ``path`` (``spec.runPolicy.backoffLimit``), as
+    its spec model says (a kind without a model has none)."""
+    loc = tuple(path.split("."))
+    return loc[-1] in _allowed_keys(model_for(kind), loc)
+
+
 @cache
 def _untyped_model(api_version: str, kind: str) -> type[JobModel]:
     return type(f"Untyped{kind}", (UntypedJob,), {"API_VERSION": api_version, "KIND": kind})

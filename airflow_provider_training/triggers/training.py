@@ -26,6 +26,7 @@ from airflow_provider_training.params import (
     TARGET_STATES,
     check_choice,
     check_max_log_streams,
+    check_max_restarts,
     check_seconds,
 )
 
@@ -78,6 +79,9 @@ class TrainingJobTrigger(BaseTrigger):
         timeout); watch events arrive at once. ``poll_interval`` is its name in earlier versions, still
         accepted so that their serialized triggers load.
     :param allow_missing: keep waiting while the job does not exist yet (sensors).
+    :param max_restarts: end the wait as failed once a replica that keeps failing restarted more than this
+        many times (its pod's restarts, and those of the pods the operator replaced under its name);
+        ``None`` (default): no limit.
     :param on_kill_action: what ``on_kill()`` (a user acted on the deferred task) does with the job:
         ``delete`` it (and its cleanup children) or ``keep`` it.
     :param try_number: the try that deferred on this trigger; a kill seen after the task instance moved on to
@@ -127,6 +131,7 @@ class TrainingJobTrigger(BaseTrigger):
         push_result: bool = True,
         return_value_from_log: bool = False,
         multiple_outputs: bool = False,
+        max_restarts: int | None = None,
         poll_interval: float | None = None,  # check_interval's name in triggers serialized before
         try_number: int | None = None,
     ):
@@ -155,6 +160,7 @@ class TrainingJobTrigger(BaseTrigger):
         self.return_value_from_log = return_value_from_log
         self.multiple_outputs = multiple_outputs
         self.try_number = try_number
+        self.max_restarts = check_max_restarts(max_restarts)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -182,6 +188,7 @@ class TrainingJobTrigger(BaseTrigger):
                 "return_value_from_log": self.return_value_from_log,
                 "multiple_outputs": self.multiple_outputs,
                 "try_number": self.try_number,
+                "max_restarts": self.max_restarts,
             },
         )
 
@@ -228,6 +235,7 @@ class TrainingJobTrigger(BaseTrigger):
             allow_missing=self.allow_missing,
             log_resume=log_resume,
             log_mark_until=log_mark_until,
+            max_restarts=self.max_restarts,
         )
         return JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, log)
 

@@ -13,7 +13,7 @@ import pytest
 from airflow.sdk import DAG, task
 
 from airflow_provider_training.decorators.shipping import BOOTSTRAP, PAYLOAD_ENV, FunctionNotShippable
-from airflow_provider_training.specs import load_job
+from airflow_provider_training.specs import load_job, pytorch_job
 
 START = datetime(2026, 1, 1)
 
@@ -94,6 +94,13 @@ def test_pytorch_job_builds_a_master_and_workers_that_keep_their_pods():
         assert container["env"] == [{"name": "A", "value": "1"}, ours]
         assert spec["restartPolicy"] == "Never"  # an exception fails the job at once
     assert manifest["spec"]["runPolicy"]["cleanPodPolicy"] == "None"  # the Master's log outlives the job
+    built = pytorch_job(image="python:3.11-slim", command=["python"], workers=2)["spec"][
+        "pytorchReplicaSpecs"
+    ]
+    assert {spec["restartPolicy"] for spec in [*specs.values(), *built.values()]} == {
+        "Never"
+    }  # the builder's
+    assert manifest["spec"]["runPolicy"]["backoffLimit"] == 3  # as every builder's, for OnFailure
     assert op.rank_env == ("RANK",)
 
 

@@ -78,6 +78,31 @@ def test_deferrable_operator_runs_in_the_triggerer(airflow: Airflow, kube: Local
     assert job is not None and job["metadata"]["uid"] == xcom["value"]["uid"]
 
 
+def test_a_crash_looping_replica_fails_the_deferred_task_and_deletes_its_job(
+    airflow: Airflow, kube: LocalKube
+) -> None:
+    """The trigger ends the wait once the Worker restarted past max_restarts (its job never fails by
+    itself); the resumed task fails naming the replica, its exit code and last line, and deletes the job
+    (on_finish_action="delete")."""
+    airflow.trigger("e2e_crash_loop", "run1")
+
+    wait_deferred(airflow, "e2e_crash_loop", "run1")
+    final = airflow.wait(
+        "e2e_crash_loop.train to finish",
+        lambda: {"success", "failed"} & {airflow.task_instance("e2e_crash_loop", "run1", "train")["state"]},
+        timeout=60,
+    )
+
+    assert final == {"failed"}, airflow.diagnostics()
+    task_log = (airflow.task_dir("e2e_crash_loop", "run1", "train") / "attempt=1.log").read_text()
+    # As many restarts as the pod had when the trigger first saw it past the limit (it may attach late).
+    assert "replica Worker 0 (pod e2e-crash-loop-worker-0, container pytorch) keeps failing" in task_log
+    assert "more than max_restarts=3; its last exit code was 2" in task_log
+    assert "can't open file '/app/trian.py'" in task_log  # the Worker's last log line
+    assert "Deleting PyTorchJob default/e2e-crash-loop (on_finish_action='delete')" in task_log
+    airflow.wait("the job to be deleted", lambda: pytorch_job(kube, "e2e-crash-loop") is None, timeout=30)
+
+
 def _kill_while_deferred(airflow: Airflow, kube: LocalKube, action: str) -> list[str]:
     """Run ``e2e_kill_<action>`` until deferred with its job running, mark the task failed, and wait for the
     trigger to finish; returns the trigger log's events."""

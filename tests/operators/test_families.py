@@ -83,7 +83,9 @@ def test_success(family_cluster, case, mode, capsys):
 def test_failure_names_the_deciding_replica_and_its_exit_code(family_cluster, case, mode, capsys):
     # The deciding replica exits once its last line was streamed: some APIs delete the pods at once.
     gate = f"failure-{case}-{mode}"
-    op = case.make_operator(failing(case, gate), on_finish_action="delete")
+    # The job's own failure: a TrainJob's node restarts (JobSet's default OnFailure) up to its Job's
+    # backoffLimit of 6, past the operators' default max_restarts (tests/operators/test_crash_loop.py).
+    op = case.make_operator(failing(case, gate), on_finish_action="delete", max_restarts=None)
 
     with pytest.raises(TrainingJobError) as failure:
         run_until_logged(capsys, lambda: run_operator(op, make_context(), mode), ("shard 7 is corrupt", gate))

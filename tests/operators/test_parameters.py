@@ -57,6 +57,10 @@ PARSE_TIME_BAD = [
     ("kind", 5, "non-empty string or None"),
     ("api_version", "", "non-empty string or None"),
     ("kubernetes_conn_id", 7, "non-empty string or None"),
+    ("max_restarts", -1, "whole number >= 0 of restarts of one replica, or None"),
+    ("max_restarts", 2.5, "whole number >= 0 of restarts of one replica, or None"),
+    ("max_restarts", "3", "whole number >= 0 of restarts of one replica, or None"),
+    ("max_restarts", True, "whole number >= 0 of restarts of one replica, or None"),
 ]
 
 

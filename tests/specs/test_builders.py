@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_training.kinds import get_kind
 from airflow_provider_training.specs import (
     SpecError,
     build_job,
@@ -34,6 +35,7 @@ def test_pytorch_job():
         resources={"limits": {"nvidia.com/gpu": 1}},
         labels={"team": "ml"},
         nproc_per_node=2,
+        restart_policy="OnFailure",
         run_policy={"cleanPodPolicy": "None", "backoffLimit": 2},
     )
     assert job["metadata"] == {"name": "mnist", "namespace": "ml", "labels": {"team": "ml"}}
@@ -160,3 +162,42 @@ def test_job_name_limit_follows_the_replica_counts():
     assert job_name_limit(pytorch_job(image="img", workers=10)) == 63 - len("-worker-9")
     assert job_name_limit(tf_job(image="img", workers=1, evaluator=1)) == 63 - len("-evaluator-0")
     assert job_name_limit(mpi_job(image="img", workers=2)) == 63 - len("-launcher")
+
+
+BUILDERS = [
+    lambda **kw: pytorch_job(image="img", **kw),
+    lambda **kw: tf_job(image="img", **kw),
+    lambda **kw: mx_job(image="img", **kw),
+    lambda **kw: xgboost_job(image="img", **kw),
+    lambda **kw: paddle_job(image="img", **kw),
+    lambda **kw: jax_job(image="img", **kw),
+    lambda **kw: mpi_job(image="img", **kw),
+    lambda **kw: mpi_job(image="img", api_version="kubeflow.org/v2beta1", **kw),
+    lambda **kw: build_job("PyTorchTrainingJob", "img", ["run"], {"worker": 2}, **kw),
+]
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_every_builder_sets_a_backoff_limit_unless_told_otherwise(builder):
+    """A replica that restarts for ever fails its job after 3 restarts (Kubeflow v1, MPI v2beta1, T9k)."""
+    assert builder()["spec"]["runPolicy"] == {"backoffLimit": 3}
+    assert builder(run_policy={"backoffLimit": 7})["spec"]["runPolicy"] == {"backoffLimit": 7}
+    assert builder(run_policy={"backoffLimit": None})["spec"]["runPolicy"] == {}  # none at all
+    kept = builder(spec={"runPolicy": {"activeDeadlineSeconds": 60}})["spec"]["runPolicy"]
+    assert kept == {"activeDeadlineSeconds": 60, "backoffLimit": 3}
+
+
+def test_a_kind_without_a_backoff_limit_gets_none():
+    """The legacy MXNet operator's API has no runPolicy: nothing is added that it would refuse."""
+    kind = get_kind("MxJob", "mxnet.mlkube.io/v1beta1")
+    job = build_job(
+        kind, "img", ["run"], {"SCHEDULER": 1, "SERVER": 1, "WORKER": 1}, spec={"jobMode": "dist"}
+    )
+    assert "runPolicy" not in job["spec"]
+
+
+def test_pytorch_job_restart_policy_is_the_decorators():
+    """``pytorch_job()`` and ``@task.pytorch_job`` share their default: a failing replica fails the job at
+    once (tests/decorators/test_operators.py checks the decorator's manifest)."""
+    specs = pytorch_job(image="img")["spec"]["pytorchReplicaSpecs"]
+    assert {t: s["restartPolicy"] for t, s in specs.items()} == {"Master": "Never", "Worker": "Never"}

@@ -55,6 +55,8 @@ async def first(trigger):
         {"log_replicas": "all", "max_log_streams": 200},
         {"on_kill_action": "keep"},
         {"on_kill_action": "delete"},
+        {"max_restarts": 0},
+        {"max_restarts": 5},
     ],
 )
 def test_serialize_round_trip(kwargs):
@@ -64,6 +66,7 @@ def test_serialize_round_trip(kwargs):
     assert type(trigger)(**serialized).serialize() == (classpath, serialized)
     assert json.loads(json.dumps(serialized)) == serialized  # plain values only
     assert serialized["on_kill_action"] == kwargs.get("on_kill_action", "delete")
+    assert serialized["max_restarts"] == kwargs.get("max_restarts")  # None: no limit (sensors)
 
 
 @pytest.mark.parametrize(
@@ -72,6 +75,7 @@ def test_serialize_round_trip(kwargs):
         ({"target_state": "Failed"}, "target_state"),
         ({"on_kill_action": "keep_pod"}, "on_kill_action"),
         ({"max_log_streams": 0}, "max_log_streams"),
+        ({"max_restarts": -1}, "max_restarts"),
     ],
 )
 def test_choices_are_checked(kwargs, match):
@@ -241,6 +245,14 @@ def test_a_trigger_serialized_before_check_interval_was_named_still_loads():
 
     assert loaded.check_interval == 2.5
     assert loaded.serialize()[1] == {**serialized, "check_interval": 2.5}
+
+
+def test_a_trigger_serialized_before_max_restarts_loads_without_a_limit():
+    """A trigger deferred by an earlier version goes on as it waited: no restart limit."""
+    _, serialized = trigger_for("job-a", max_restarts=3).serialize()
+    earlier = {key: value for key, value in serialized.items() if key != "max_restarts"}
+
+    assert TrainingJobTrigger(**earlier).serialize()[1] == {**serialized, "max_restarts": None}
 
 
 def test_triggers_log_through_their_class_logger_unless_given_their_own():
