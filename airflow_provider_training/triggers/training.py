@@ -373,7 +373,9 @@ class TrainingJobTrigger(BaseTrigger):
           that try decides about the job (a cleared task's next try replaces the killed try's job itself);
         * the task instance finished and the job has ended too: nothing is left to stop, and an ended job is
           ``on_finish_action``'s, which whoever finished the task applied. This is a trigger that outlived its
-          task, e.g. one ``airflow dags test`` ran inline and left in the metadata DB.
+          task, e.g. one ``airflow dags test`` ran inline and left in the metadata DB;
+        * the task instance succeeded and the job is in the state this trigger waited for (``Running``): the
+          wait succeeded, and the job was meant to run on after the task.
         """
         current = getattr(self.task_instance, "try_number", None)
         if self.try_number is not None and current is not None and current != self.try_number:
@@ -388,15 +390,21 @@ class TrainingJobTrigger(BaseTrigger):
         job = await hook.get_job(self._job_kind(), self.job_name, self.namespace)
         if job is None or (self.uid is not None and job["metadata"].get("uid") != self.uid):
             return None  # the delete finds nothing of this try's to remove, and says so
-        ended = (await aread_status(hook, self._job_kind(), job)).state
-        if not ended.terminal:
-            return None
-        return (
-            f"{self._label} already ended ({ended.value}) and the task instance is {state}: no user ended "
-            f"a running try, nothing is left to stop, and an ended job is on_finish_action's "
-            f"('{self.on_finish_action}') (decided by this trigger from the task instance's and the job's "
-            "states)"
-        )
+        job_state = (await aread_status(hook, self._job_kind(), job)).state
+        decided = "(decided by this trigger from the task instance's and the job's states)"
+        if job_state.terminal:
+            return (
+                f"{self._label} already ended ({job_state.value}) and the task instance is {state}: no user "
+                f"ended a running try, nothing is left to stop, and an ended job is on_finish_action's "
+                f"('{self.on_finish_action}') {decided}"
+            )
+        if state == "success" and job_state.value == self.target_state:
+            return (
+                f"{self._label} is {job_state.value}, the state this trigger waited for, and the task "
+                f"instance is success: the wait ended as it should, and the job runs on as the task meant it "
+                f"to {decided}"
+            )
+        return None
 
     async def _killed_while_away(self) -> WaitEvent | None:
         """Whether the task instance this trigger serves was acted on while no triggerer ran.

@@ -103,3 +103,27 @@ async def test_a_kill_seen_by_another_try_deletes_nothing(cluster, capsys):
     assert not [r for r in cluster.requests[since:] if r.method == "DELETE"]
     assert job_or_none(cluster, PYTORCH, "kill-moved-on")["metadata"]["uid"] == uid
     assert "this trigger waited for try 1, and the task instance is at try 2 now" in capsys.readouterr().out
+
+
+def running(cluster, name: str) -> bool:
+    conditions = ((job_or_none(cluster, PYTORCH, name) or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Running" and c["status"] == "True" for c in conditions)
+
+
+async def test_a_kill_of_a_succeeded_wait_until_running_keeps_its_running_job(cluster, capsys):
+    """``wait_until="Running"`` under ``airflow dags test``: the task succeeded once the job ran, and the
+    trigger it left behind must not stop the job the task meant to run on."""
+    uid = create(cluster, "kill-ran", {"default": {"duration": None}})["metadata"]["uid"]
+    await asyncio.to_thread(wait_for, lambda: running(cluster, "kill-ran"))
+    since = len(cluster.requests)
+
+    assert not await trigger_for("kill-ran", uid=uid, target_state="Running")._kill_job("success")
+
+    assert not [r for r in cluster.requests[since:] if r.method == "DELETE"]
+    assert job_or_none(cluster, PYTORCH, "kill-ran")["metadata"]["uid"] == uid
+    said = "Deleting nothing: PyTorchJob default/kill-ran is Running, the state this trigger waited for"
+    assert said in capsys.readouterr().out
+
+    # Marked failed while it ran, the same job is the user's to stop.
+    assert await trigger_for("kill-ran", uid=uid, target_state="Running")._kill_job("failed")
+    await asyncio.to_thread(wait_for, lambda: job_or_none(cluster, PYTORCH, "kill-ran") is None)
