@@ -7,13 +7,14 @@ so the trigger instance a restarted (or another) triggerer starts goes on after 
 from the start. The pods' last lines (bounded: ``ReplicaLogStreamer.saved_tails``) are saved with them, for
 the Training tab of the Airflow UI once the pods are gone (``docs/ui-tab.md``).
 
-Saving is debounced: at most one write every :data:`SAVE_SECONDS`, in a task of its own (the event loop is
-never blocked), and one last write when the trigger ends, is cancelled or its triggerer shuts down. A
-periodic write carries the cursors of the *previous* tick, so every line it counts has had a full tick to
-reach the log file (lines and requests travel on different sockets). A triggerer killed without notice
-(SIGKILL, a lost node) saves nothing at the end: the next trigger then re-reads from the last periodic
-write, so lines emitted up to about ``2 * SAVE_SECONDS`` before the kill may appear again; they are marked
-with :data:`~airflow_provider_training.logs.REPEAT_MARK` and a note says so.
+Saving is debounced, one metadata-database write at a time in a task of its own (the event loop is never
+blocked): when a pod's lines start (a new pod in the cursors), then every :data:`SAVE_SECONDS` while the
+trigger runs, and one last write when the trigger ends, is cancelled or its triggerer shuts down. A write
+carries the cursors of :data:`SETTLE_SECONDS` before it, so every line it counts has had that long to reach
+the log file (lines and requests travel on different sockets). A triggerer killed without notice (SIGKILL, a
+lost node) saves nothing at the end: the next trigger then re-reads from the last write, so lines emitted up
+to about ``SAVE_SECONDS + SETTLE_SECONDS`` before the kill may appear again; they are marked with
+:data:`~airflow_provider_training.logs.REPEAT_MARK` and a note says so.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from airflow_provider_training.logs import stamp_text
 
 XCOM_KEY = "training_log_position"
 Tails = Callable[[], dict[str, Any] | None]
-SAVE_SECONDS = 1.0
+SAVE_SECONDS = 30.0  # the most a crash may replay; one write per streaming trigger per interval
+SETTLE_SECONDS = 1.0  # how old the cursors a write carries are (their lines have reached the log file)
 # A new triggerer's first request starts its in-process execution API: tens of seconds on a busy machine.
 LOAD_TIMEOUT = 300.0  # streaming from the start instead would repeat every line
 SAVE_TIMEOUT = 30.0
@@ -72,7 +74,7 @@ class LogPosition:
         if saved.get("final"):
             self.log.info("Resuming the replica logs where the previous trigger stopped")
             return saved["cursors"], None
-        until = int(saved.get("saved_at") or 0) + int(2 * SAVE_SECONDS * 1e9)
+        until = int(saved.get("saved_at") or 0) + int((SAVE_SECONDS + 2 * SETTLE_SECONDS) * 1e9)
         self.log.warning(
             "Resuming the replica logs after a triggerer that stopped without saving its position: lines "
             "stamped up to %s may appear twice; they are marked '(may repeat)'",
@@ -81,14 +83,19 @@ class LogPosition:
         return saved["cursors"], until
 
     async def keep(self, cursors: Callable[[], dict[str, Any] | None], tails: Tails = dict) -> None:
-        """Save every :data:`SAVE_SECONDS` while the cursors move, one tick behind; runs until cancelled.
+        """Save the cursors of :data:`SETTLE_SECONDS` ago when a pod's lines start, and every
+        :data:`SAVE_SECONDS` (so the mark window of a crash stays that short); runs until cancelled.
         ``tails``: the pods' last lines, saved alongside (what the Training tab shows once pods are gone)."""
         previous = cursors()
+        saved_pods: set[str] = set()
+        ticks, period = 0, round(SAVE_SECONDS / SETTLE_SECONDS)
         while True:
-            await asyncio.sleep(SAVE_SECONDS)
+            await asyncio.sleep(SETTLE_SECONDS)
+            ticks += 1
             current = cursors()
-            if previous is not None and (previous != current or not self._is_saved(previous, final=False)):
+            if previous and (ticks >= period or not previous.keys() <= saved_pods):
                 await self._save(previous, final=False, tails=tails())
+                saved_pods, ticks = set(previous), 0
             previous = current
 
     async def save_final(self, cursors: dict[str, Any] | None, tails: dict[str, Any] | None = None) -> None:
