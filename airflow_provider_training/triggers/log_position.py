@@ -37,6 +37,16 @@ SAVE_TIMEOUT = 30.0
 FINAL_SAVE_TIMEOUT = 2.0  # at shutdown the triggerer's comms reader is gone: the write goes, no reply comes
 
 
+NOT_YET: dict[str, Any] = {"cursors": None}  # a try's position before its trigger first saves one
+
+
+def store_not_yet(context: Any) -> None:
+    """Before a try's deferral (a try defers once), store :data:`NOT_YET` as its position: the trigger's
+    first read then finds the XCom. An absent one is a 404 that the triggerer's execution-API client logs
+    as ``ERROR XCom not found`` on every first start of a trigger."""
+    context["ti"].xcom_push(key=XCOM_KEY, value=NOT_YET)
+
+
 def xcom_address(ti: Any) -> dict[str, Any]:
     """The XCom arguments that name ``ti``'s own XComs."""
     return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index}
@@ -69,7 +79,7 @@ class LogPosition:
             )
             return None, None
         if not isinstance(saved, dict) or not isinstance(saved.get("cursors"), dict):
-            return None, None
+            return None, None  # NOT_YET: the trigger's first start
         self._saved = {"cursors": saved["cursors"], "final": bool(saved.get("final"))}
         if saved.get("final"):
             self.log.info("Resuming the replica logs where the previous trigger stopped")

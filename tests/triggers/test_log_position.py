@@ -19,7 +19,13 @@ from airflow.sdk.execution_time import task_runner
 from airflow.sdk.execution_time.comms import GetXCom, OKResponse, SetXCom, XComResult
 
 from airflow_provider_training.triggers import log_position
-from airflow_provider_training.triggers.log_position import SAVE_SECONDS, SETTLE_SECONDS, LogPosition
+from airflow_provider_training.triggers.log_position import (
+    NOT_YET,
+    SAVE_SECONDS,
+    SETTLE_SECONDS,
+    XCOM_KEY,
+    LogPosition,
+)
 
 TI = SimpleNamespace(dag_id="d", run_id="r", task_id="t", map_index=-1)
 
@@ -118,3 +124,14 @@ async def test_after_a_hard_crash_the_lines_since_the_last_write_are_marked(comm
 
     assert resume == {"pod-a": [5, 1]}
     assert mark_until is not None and mark_until >= saved_at + int((SAVE_SECONDS + SETTLE_SECONDS) * 1e9)
+
+
+async def test_a_first_start_reads_the_not_yet_position_without_a_warning_or_an_error(comms, caplog):
+    """What the deferral stored (NOT_YET) is the trigger's first read: streaming from the start, no log
+    line above INFO (an absent XCom would be a 404, logged as ERROR by the triggerer's API client)."""
+    comms.stored[XCOM_KEY] = json.dumps(NOT_YET)
+
+    with caplog.at_level(logging.INFO):
+        assert await LogPosition(TI, logging.getLogger("trigger")).load() == (None, None)
+
+    assert [r for r in caplog.records if r.levelno > logging.INFO] == []
