@@ -464,17 +464,19 @@ class JobWaiter:
             raise _Finished(Outcome.TIMEOUT, message, self.status)
 
     async def _stop_streamer(self, streamer: ReplicaLogStreamer) -> list[str]:
-        """``streamer.stop()``, cut at the deadline (or :data:`STOP_GRACE` after it, for the last lines of a
-        wait that ended there): the wait ends by its deadline whatever the log reads do."""
+        """``streamer.stop()``, cut at the deadline (given :data:`STOP_GRACE` at least, for the last lines of
+        a wait that ended at its deadline): the wait ends by then whatever the log reads do."""
         deadline = self.opts.deadline
         if deadline is None:
             return await streamer.stop()
         left = max((deadline - datetime.now(UTC)).total_seconds(), STOP_GRACE)
         stopping = asyncio.ensure_future(streamer.stop())
-        await asyncio.wait({stopping}, timeout=left)
-        if stopping.done():
+        try:
+            done, _ = await asyncio.wait({stopping}, timeout=left)
+        finally:
+            stopping.cancel()  # nothing once it is done
+        if done:
             return stopping.result()
-        stopping.cancel()
         self.log.warning("%s: the deadline passed while the last replica log lines were read", self.label)
         return [f"the replica logs were cut at the deadline {deadline.isoformat()}"]
 
