@@ -8,12 +8,13 @@ from the start. The pods' last lines (bounded: ``ReplicaLogStreamer.saved_tails`
 the Training tab of the Airflow UI once the pods are gone (``docs/ui-tab.md``).
 
 Saving is debounced, one metadata-database write at a time in a task of its own (the event loop is never
-blocked): when a pod's lines start (a new pod in the cursors), then every :data:`SAVE_SECONDS` while the
-trigger runs, and one last write when the trigger ends, is cancelled or its triggerer shuts down. A write
-carries the cursors of :data:`SETTLE_SECONDS` before it, so every line it counts has had that long to reach
-the log file (lines and requests travel on different sockets). A triggerer killed without notice (SIGKILL, a
-lost node) saves nothing at the end: the next trigger then re-reads from the last write, so lines emitted up
-to about ``SAVE_SECONDS + SETTLE_SECONDS`` before the kill may appear again; they are marked with
+blocked): once at the start (by :meth:`LogPosition.load`, before a line is emitted), when a pod's lines
+start (a new pod in the cursors), then every :data:`SAVE_SECONDS` while the trigger runs, and one last write
+when the trigger ends, is cancelled or its triggerer shuts down. A write carries the cursors of
+:data:`SETTLE_SECONDS` before it, so every line it counts has had that long to reach the log file (lines and
+requests travel on different sockets). A triggerer killed without notice (SIGKILL, a lost node) saves
+nothing at the end: the next trigger then re-reads from the last write, so lines emitted up to about
+``SAVE_SECONDS + SETTLE_SECONDS`` before the kill may appear again; they are marked with
 :data:`~airflow_provider_training.logs.REPEAT_MARK` and a note says so.
 """
 
@@ -66,7 +67,9 @@ class LogPosition:
 
     async def load(self) -> tuple[dict[str, Any] | None, int | None]:
         """The cursors saved by an earlier trigger of this try, and up to which line time (ns) lines may
-        repeat (``None`` when that trigger saved its last position)."""
+        repeat (``None`` when that trigger saved its last position). They are saved again at once as this
+        trigger's start (not final), before it emits a line: if it is killed before its next write, the
+        next trigger marks what it may have emitted."""
         from airflow.sdk.execution_time.xcom import XCom
 
         try:
@@ -78,9 +81,14 @@ class LogPosition:
                 err,
             )
             return None, None
+        resume, until = self._resumed(saved)
+        tails = saved.get("tails") if isinstance(saved, dict) else None
+        await self._save(resume or {}, final=False, tails=tails if isinstance(tails, dict) else None)
+        return resume, until
+
+    def _resumed(self, saved: Any) -> tuple[dict[str, Any] | None, int | None]:
         if not isinstance(saved, dict) or not isinstance(saved.get("cursors"), dict):
             return None, None  # NOT_YET: the trigger's first start
-        self._saved = {"cursors": saved["cursors"], "final": bool(saved.get("final"))}
         if saved.get("final"):
             self.log.info("Resuming the replica logs where the previous trigger stopped")
             return saved["cursors"], None
@@ -93,17 +101,20 @@ class LogPosition:
         return saved["cursors"], until
 
     async def keep(self, cursors: Callable[[], dict[str, Any] | None], tails: Tails = dict) -> None:
-        """Save the cursors of :data:`SETTLE_SECONDS` ago when a pod's lines start, and every
-        :data:`SAVE_SECONDS` (so the mark window of a crash stays that short); runs until cancelled.
+        """Save the cursors of :data:`SETTLE_SECONDS` ago when a pod's lines start and every
+        :data:`SAVE_SECONDS` (so the mark window of a crash stays that short), and once at the start unless
+        :meth:`load` saved already; runs until cancelled.
         ``tails``: the pods' last lines, saved alongside (what the Training tab shows once pods are gone)."""
         previous = cursors()
-        saved_pods: set[str] = set()
+        saved_pods = None if self._saved is None else set(self._saved["cursors"])  # None: nothing saved yet
         ticks, period = 0, round(SAVE_SECONDS / SETTLE_SECONDS)
         while True:
             await asyncio.sleep(SETTLE_SECONDS)
             ticks += 1
             current = cursors()
-            if previous and (ticks >= period or not previous.keys() <= saved_pods):
+            if previous is not None and (
+                saved_pods is None or ticks >= period or not previous.keys() <= saved_pods
+            ):
                 await self._save(previous, final=False, tails=tails())
                 saved_pods, ticks = set(previous), 0
             previous = current

@@ -135,3 +135,15 @@ async def test_a_first_start_reads_the_not_yet_position_without_a_warning_or_an_
         assert await LogPosition(TI, logging.getLogger("trigger")).load() == (None, None)
 
     assert [r for r in caplog.records if r.levelno > logging.INFO] == []
+
+
+async def test_a_trigger_killed_before_its_first_periodic_write_still_marks_what_it_repeats(comms):
+    """Seen in the SIGKILL e2e test: a trigger that catches up on a job's first seconds, killed within a
+    second of starting to stream. Its start was saved (by load, before it emitted a line): the next trigger
+    streams from the start and marks the lines the killed one may have emitted."""
+    assert await LogPosition(TI, logging.getLogger()).load() == (None, None)  # the first start; then killed
+
+    resume, mark_until = await LogPosition(TI, logging.getLogger()).load()
+
+    assert resume == {}
+    assert mark_until is not None and mark_until >= comms.saved(0)["saved_at"]
