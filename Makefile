@@ -69,6 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/loop_lag.py
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/unrelated_pods.py
+	$(BIN)/python benchmarks/position_writes.py
 	$(MAKE) bench-real
 
 # Status change to trigger event against a real kube-apiserver and etcd (scripts/realkube/build.sh, cached),

@@ -43,9 +43,11 @@ STEP_SECONDS = 0.02
 PIECE_CHARS = 1 << 16
 REPEAT_MARK = "(may repeat) "  # a line a triggerer killed without notice may have emitted already
 # What :meth:`ReplicaLogStreamer.saved_tails` keeps for the Training tab once pods are gone (bounded: it is
-# saved with the log position every second while lines move).
+# saved with the log position).
 SAVED_TAIL_PODS = 16
 SAVED_LINE_CHARS = 500
+# How long stopping waits for the cancelled follows to end; one still running then is left behind (warned).
+FOLLOW_STOP_SECONDS = 5.0
 
 # The pods followed live on each event loop (one open log stream each, a socket and an API server
 # connection), by every streamer of that loop: what ``max_streams`` counts.
@@ -244,14 +246,14 @@ class _Pod:
     async def wait_change(self, timeout: float | None = None) -> None:
         """Until the pod changes (or ``timeout`` s), unless it changed since ``changed`` was cleared.
 
-        The timeout is a timer that wakes the waiter, not ``asyncio.wait_for``: on Python 3.11 that returns
-        normally when the follow is cancelled just as the change arrives (the cancel is lost), and the follow
-        then waits for ever for a change that no watch brings any more (its streamer stopping)."""
+        The future is awaited itself, the timeout a timer that resolves it: not ``asyncio.wait_for``, which
+        on Python 3.11 returns normally when the task is cancelled just as the future completes (a change
+        and :meth:`ReplicaLogStreamer.stop` in the same step), so the follow went on to wait forever."""
         if self.changed:
             return
         loop = asyncio.get_running_loop()
-        self.waiter = waiter = loop.create_future()
-        timer = loop.call_later(timeout, _wake, waiter) if timeout is not None else None
+        waiter = self.waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _wake, waiter)
         try:
             await waiter
         finally:
@@ -525,14 +527,24 @@ class ReplicaLogStreamer:
         return state
 
     async def _cancel_followers(self) -> None:
+        """Cancel the follows and wait for them to end, at most :data:`FOLLOW_STOP_SECONDS`: one that has
+        not ended by then is left behind with a warning, so stopping never waits on a follow forever."""
         pods = list(self._pods.values())
         for pod in pods:  # no stream wakes its follow from now on
             if pod.stream is not None:
                 pod.stream.close()
-        tasks = [pod.task for pod in pods if pod.task is not None and not pod.task.done()]
-        for task in tasks:
+        following = {pod.task: pod for pod in pods if pod.task is not None and not pod.task.done()}
+        for task in following:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if following:
+            _, stuck = await asyncio.wait(set(following), timeout=FOLLOW_STOP_SECONDS)
+            for task in stuck:
+                label = following[task].label
+                log.warning("The log follow of %s did not end when stopped; left behind", label)
+                self._gaps.append(
+                    f"the log follow of {label} did not end within {FOLLOW_STOP_SECONDS:g} s of being "
+                    "stopped; its last lines may be missing"
+                )
         for pod in pods:
             self._end(pod)
 

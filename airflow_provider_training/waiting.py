@@ -43,6 +43,7 @@ T = TypeVar("T")
 TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
+STOP_GRACE = 10.0  # how long past the deadline the last replica log lines may still be read
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +221,7 @@ class JobWaiter:
                     except _Finished as done:
                         self._drain_pods(inbox)
                         if self._streamer is not None:  # emit what is left first, and say what could not be
-                            for gap in await self._streamer.stop():
+                            for gap in await self._stop_streamer(self._streamer):
                                 self.log.warning("%s: %s", self.label, gap)
                                 self._note(gap)
                         return await self._event(done)
@@ -520,6 +521,23 @@ class JobWaiter:
             detail = f"; stuck replicas: {', '.join(stuck)}" if stuck else ""
             message = f"no replica pod started within {timeout:g}s{detail}"
             raise _Finished(Outcome.TIMEOUT, message, self.status)
+
+    async def _stop_streamer(self, streamer: ReplicaLogStreamer) -> list[str]:
+        """``streamer.stop()``, cut at the deadline (given :data:`STOP_GRACE` at least, for the last lines of
+        a wait that ended at its deadline): the wait ends by then whatever the log reads do."""
+        deadline = self.opts.deadline
+        if deadline is None:
+            return await streamer.stop()
+        left = max((deadline - datetime.now(UTC)).total_seconds(), STOP_GRACE)
+        stopping = asyncio.ensure_future(streamer.stop())
+        try:
+            done, _ = await asyncio.wait({stopping}, timeout=left)
+        finally:
+            stopping.cancel()  # nothing once it is done
+        if done:
+            return stopping.result()
+        self.log.warning("%s: the deadline passed while the last replica log lines were read", self.label)
+        return [f"the replica logs were cut at the deadline {deadline.isoformat()}"]
 
     def _log_streamer(self) -> ReplicaLogStreamer:
         from airflow_provider_training.logs import ReplicaLogStreamer

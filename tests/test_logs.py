@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import json
+import logging
 from collections.abc import AsyncIterator
 from itertools import pairwise
 from pathlib import Path
@@ -37,6 +38,7 @@ from tests.hooks.family_objects import (
 )
 from tests.hooks.kube_env import (
     cluster_and_hook,
+    deaf_follows,
     job_body,
     pod_manifest,
     requests_to,
@@ -901,3 +903,71 @@ async def test_a_follow_cancelled_as_its_pod_changes_ends():
 
     with pytest.raises(asyncio.CancelledError):
         await follow
+
+
+def in_back_off(cluster: LocalKube, name: str) -> dict:
+    """The pod as the watch brings it once its container exited 1 and waits to restart (CrashLoopBackOff)."""
+    pod = cluster.store.get(rtype(cluster, PODS), "default", name)
+    container = {
+        "name": C,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+        "restartCount": 1,
+    }
+    return {**pod, "status": {"phase": "Running", "containerStatuses": [container]}}
+
+
+async def test_a_follow_stopped_as_its_pod_goes_into_back_off_ends(env):
+    """Issue 27: an MXJob whose deciding replica exits 1 and restarts in place. Its stream ended with the
+    container; the follow waits for the pod watch (with a timeout) when the back-off arrives and the follows
+    are cancelled in the same step (the job's failure ends the wait). ``asyncio.wait_for`` on Python 3.11
+    then returned normally, the cancellation lost: the follow went on to wait for the pod's next change,
+    which never came, and stop() waited for it forever."""
+    cluster, _ = env
+    master, run = await following_master(*env, "exit 1", retry_interval=300)
+    pod = run.streamer._pods[master]
+    cluster.logs.close_container("default", master, C)
+    await until(lambda: pod.waiter is not None)  # the gate: the follow waits for the watch, with a timeout
+    follow = pod.task
+    assert follow is not None
+    cancel_followers = run.streamer._cancel_followers
+
+    async def back_off_then_cancel() -> None:
+        run.streamer._on_pod("MODIFIED", in_back_off(cluster, master))  # the watch's event, this very step
+        await cancel_followers()
+
+    run.streamer._cancel_followers = back_off_then_cancel  # type: ignore[method-assign]
+
+    await asyncio.wait_for(run.streamer.stop(), 60)  # a guard against the hang, not a timing
+
+    await run.task
+    assert follow.cancelled()
+    assert run.lines == ["[master-0] exit 1"]
+
+
+async def test_a_follow_that_does_not_end_when_stopped_is_left_behind(env, monkeypatch, caplog):
+    """Whatever a follow does, stop() returns: one that has not ended FOLLOW_STOP_SECONDS after it was
+    cancelled is left behind, with a warning and a note of the gap."""
+    cluster, _ = env
+    entered, release = deaf_follows(monkeypatch)
+    monkeypatch.setattr(logs, "FOLLOW_STOP_SECONDS", 0.05)
+    master, run = await following_master(*env, "exit 1", retry_interval=300)
+    pod = run.streamer._pods[master]
+    cluster.logs.close_container("default", master, C)
+    await entered.wait()  # the gate: the follow is in the wait that will not end
+    follow = pod.task
+    assert follow is not None
+    try:
+        with caplog.at_level(logging.WARNING, logger=logs.__name__):
+            gaps = await asyncio.wait_for(run.streamer.stop(), 60)  # a guard against the hang, no timing
+
+        await run.task
+        assert not follow.done()  # left behind
+        assert gaps == [
+            "the log follow of master-0 did not end within 0.05 s of being stopped; its last lines may be "
+            "missing"
+        ]
+        assert "The log follow of master-0 did not end when stopped; left behind" in caplog.messages
+    finally:
+        release.set()
+        await asyncio.gather(follow, return_exceptions=True)

@@ -209,6 +209,10 @@ class TrainingJobOperator(BaseOperator):
             # A job found finished (a reattach) ends here, in one step; else it is waited for.
             event = run_on(hook, waiter.conclude(job))
             if event is None and self.deferrable:
+                if self.get_logs:
+                    from airflow_provider_training.triggers.log_position import store_not_yet
+
+                    store_not_yet(context)
                 self.defer(
                     trigger=trigger,
                     method_name="execute_complete",

@@ -145,6 +145,10 @@ class TrainingJobSensor(BaseSensorOperator):
         if event is not None:
             # Done already: no deferral, but the event is handled as a deferred one's (soft_fail, never_fail).
             return self.resume_execution("execute_complete", {"event": event.to_payload()}, context)
+        if self.get_logs:
+            from airflow_provider_training.triggers.log_position import store_not_yet
+
+            store_not_yet(context)
         self.defer(
             trigger=self._trigger(namespace, deadline),
             method_name="execute_complete",

@@ -7,13 +7,15 @@ so the trigger instance a restarted (or another) triggerer starts goes on after 
 from the start. The pods' last lines (bounded: ``ReplicaLogStreamer.saved_tails``) are saved with them, for
 the Training tab of the Airflow UI once the pods are gone (``docs/ui-tab.md``).
 
-Saving is debounced: at most one write every :data:`SAVE_SECONDS`, in a task of its own (the event loop is
-never blocked), and one last write when the trigger ends, is cancelled or its triggerer shuts down. A
-periodic write carries the cursors of the *previous* tick, so every line it counts has had a full tick to
-reach the log file (lines and requests travel on different sockets). A triggerer killed without notice
-(SIGKILL, a lost node) saves nothing at the end: the next trigger then re-reads from the last periodic
-write, so lines emitted up to about ``2 * SAVE_SECONDS`` before the kill may appear again; they are marked
-with :data:`~airflow_provider_training.logs.REPEAT_MARK` and a note says so.
+Saving is debounced, one metadata-database write at a time in a task of its own (the event loop is never
+blocked): once at the start (by :meth:`LogPosition.load`, before a line is emitted), when a pod's lines
+start (a new pod in the cursors), then every :data:`SAVE_SECONDS` while the trigger runs, and one last write
+when the trigger ends, is cancelled or its triggerer shuts down. A write carries the cursors of
+:data:`SETTLE_SECONDS` before it, so every line it counts has had that long to reach the log file (lines and
+requests travel on different sockets). A triggerer killed without notice (SIGKILL, a lost node) saves
+nothing at the end: the next trigger then re-reads from the last write, so lines emitted up to about
+``SAVE_SECONDS + SETTLE_SECONDS`` before the kill may appear again; they are marked with
+:data:`~airflow_provider_training.logs.REPEAT_MARK` and a note says so.
 """
 
 from __future__ import annotations
@@ -28,11 +30,22 @@ from airflow_provider_training.logs import stamp_text
 
 XCOM_KEY = "training_log_position"
 Tails = Callable[[], dict[str, Any] | None]
-SAVE_SECONDS = 1.0
+SAVE_SECONDS = 30.0  # the most a crash may replay; one write per streaming trigger per interval
+SETTLE_SECONDS = 1.0  # how old the cursors a write carries are (their lines have reached the log file)
 # A new triggerer's first request starts its in-process execution API: tens of seconds on a busy machine.
 LOAD_TIMEOUT = 300.0  # streaming from the start instead would repeat every line
 SAVE_TIMEOUT = 30.0
 FINAL_SAVE_TIMEOUT = 2.0  # at shutdown the triggerer's comms reader is gone: the write goes, no reply comes
+
+
+NOT_YET: dict[str, Any] = {"cursors": None}  # a try's position before its trigger first saves one
+
+
+def store_not_yet(context: Any) -> None:
+    """Before a try's deferral (a try defers once), store :data:`NOT_YET` as its position: the trigger's
+    first read then finds the XCom. An absent one is a 404 that the triggerer's execution-API client logs
+    as ``ERROR XCom not found`` on every first start of a trigger."""
+    context["ti"].xcom_push(key=XCOM_KEY, value=NOT_YET)
 
 
 def xcom_address(ti: Any) -> dict[str, Any]:
@@ -54,7 +67,9 @@ class LogPosition:
 
     async def load(self) -> tuple[dict[str, Any] | None, int | None]:
         """The cursors saved by an earlier trigger of this try, and up to which line time (ns) lines may
-        repeat (``None`` when that trigger saved its last position)."""
+        repeat (``None`` when that trigger saved its last position). They are saved again at once as this
+        trigger's start (not final), before it emits a line: if it is killed before its next write, the
+        next trigger marks what it may have emitted."""
         from airflow.sdk.execution_time.xcom import XCom
 
         try:
@@ -66,13 +81,18 @@ class LogPosition:
                 err,
             )
             return None, None
+        resume, until = self._resumed(saved)
+        tails = saved.get("tails") if isinstance(saved, dict) else None
+        await self._save(resume or {}, final=False, tails=tails if isinstance(tails, dict) else None)
+        return resume, until
+
+    def _resumed(self, saved: Any) -> tuple[dict[str, Any] | None, int | None]:
         if not isinstance(saved, dict) or not isinstance(saved.get("cursors"), dict):
-            return None, None
-        self._saved = {"cursors": saved["cursors"], "final": bool(saved.get("final"))}
+            return None, None  # NOT_YET: the trigger's first start
         if saved.get("final"):
             self.log.info("Resuming the replica logs where the previous trigger stopped")
             return saved["cursors"], None
-        until = int(saved.get("saved_at") or 0) + int(2 * SAVE_SECONDS * 1e9)
+        until = int(saved.get("saved_at") or 0) + int((SAVE_SECONDS + 2 * SETTLE_SECONDS) * 1e9)
         self.log.warning(
             "Resuming the replica logs after a triggerer that stopped without saving its position: lines "
             "stamped up to %s may appear twice; they are marked '(may repeat)'",
@@ -81,14 +101,22 @@ class LogPosition:
         return saved["cursors"], until
 
     async def keep(self, cursors: Callable[[], dict[str, Any] | None], tails: Tails = dict) -> None:
-        """Save every :data:`SAVE_SECONDS` while the cursors move, one tick behind; runs until cancelled.
+        """Save the cursors of :data:`SETTLE_SECONDS` ago when a pod's lines start and every
+        :data:`SAVE_SECONDS` (so the mark window of a crash stays that short), and once at the start unless
+        :meth:`load` saved already; runs until cancelled.
         ``tails``: the pods' last lines, saved alongside (what the Training tab shows once pods are gone)."""
         previous = cursors()
+        saved_pods = None if self._saved is None else set(self._saved["cursors"])  # None: nothing saved yet
+        ticks, period = 0, round(SAVE_SECONDS / SETTLE_SECONDS)
         while True:
-            await asyncio.sleep(SAVE_SECONDS)
+            await asyncio.sleep(SETTLE_SECONDS)
+            ticks += 1
             current = cursors()
-            if previous is not None and (previous != current or not self._is_saved(previous, final=False)):
+            if previous is not None and (
+                saved_pods is None or ticks >= period or not previous.keys() <= saved_pods
+            ):
                 await self._save(previous, final=False, tails=tails())
+                saved_pods, ticks = set(previous), 0
             previous = current
 
     async def save_final(self, cursors: dict[str, Any] | None, tails: dict[str, Any] | None = None) -> None:

@@ -115,3 +115,22 @@ def set_pod_state(cluster: LocalKube, pod: dict[str, Any], phase: str, state: st
     container = pod["spec"]["containers"][0]["name"]
     status = {"phase": phase, "containerStatuses": [container_status(container, state, **kw)]}
     cluster.store.update_status(PODS, "default", pod["metadata"]["name"], status)
+
+
+def deaf_follows(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """Make a follow's wait for its pod's next change swallow every cancellation: a follow that does not end
+    when stopped. Returns ``(entered, release)``: set once a follow is in that wait; set it to let the follow
+    end (as the cancellation it swallowed would have ended it)."""
+    from airflow_provider_training import logs
+
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def deaf_to_cancel(self: Any, timeout: float | None = None) -> None:
+        entered.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(logs._Pod, "wait_change", deaf_to_cancel)
+    return entered, release

@@ -444,3 +444,18 @@ def test_job_sources(cluster, tmp_path, source):
 def test_parameters_are_checked_when_the_dag_is_parsed(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         PyTorchJobOperator(task_id="train", job={}, **kwargs)
+
+
+def test_a_deferral_stores_the_not_yet_log_position_the_triggers_first_read_finds(cluster):
+    """Issue 27: the trigger's first read of its log position was a 404, which the triggerer's execution-API
+    client logs as ``ERROR XCom not found`` on every trigger start. The deferral stores a position that says
+    "none yet" (a try defers once), which the trigger reads without a warning or an error
+    (tests/triggers/test_log_position.py)."""
+    from airflow_provider_training.triggers.log_position import NOT_YET, XCOM_KEY
+
+    context = make_context()
+    with pytest.raises(TaskDeferred) as deferred:
+        pytorch(FOREVER, deferrable=True).execute(context)
+
+    assert context["ti"].xcoms[XCOM_KEY] == NOT_YET
+    asyncio.run(deferred.value.trigger.on_kill())

@@ -8,15 +8,18 @@ when the wait has reached the point under test (the requests it sent say so): no
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from airflow_provider_training import logs
+from airflow_provider_training import waiting as waiting_module
 from airflow_provider_training.kinds.base import PODS
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.waiting import JobWaiter, WaitOptions
-from tests.hooks.kube_env import cluster_and_hook, pod_manifest, rtype, set_pod_state, until
+from tests.hooks.kube_env import cluster_and_hook, deaf_follows, pod_manifest, rtype, set_pod_state, until
 
 pytestmark = pytest.mark.timeout(60)
 PYTORCH = get_kind("PyTorchJob")
@@ -66,10 +69,8 @@ def watch_open(cluster, since: int, plural: str) -> bool:
     )
 
 
-async def streaming_then_cut(cluster, hook, *, unseen_worker: bool = False) -> tuple[asyncio.Task, TaskLog]:
-    """A wait streaming the master's first 10 lines, then its log stream cut and every re-read dropped.
-    ``unseen_worker``: every replica followed, and the job has a Worker whose pod no watch has shown yet, so
-    the final flush lists the job's pods (with every chosen pod followed it lists none)."""
+def streaming(cluster, hook, *, unseen_worker: bool = False) -> tuple[JobWaiter, TaskLog]:
+    """A running job whose master wrote 10 lines, and a waiter for it (``unseen_worker``: as below)."""
     specs = {"Master": {"replicas": 1}, **({"Worker": {"replicas": 1}} if unseen_worker else {})}
     body = {
         "apiVersion": "kubeflow.org/v1",
@@ -91,7 +92,14 @@ async def streaming_then_cut(cluster, hook, *, unseen_worker: bool = False) -> t
         check_interval=0.1,
         log_replicas="all" if unseen_worker else "master",
     )
-    waiter = JobWaiter(hook, PYTORCH, "flushed", "default", options, task_log)
+    return JobWaiter(hook, PYTORCH, "flushed", "default", options, task_log), task_log
+
+
+async def streaming_then_cut(cluster, hook, *, unseen_worker: bool = False) -> tuple[asyncio.Task, TaskLog]:
+    """A wait streaming the master's first 10 lines, then its log stream cut and every re-read dropped.
+    ``unseen_worker``: every replica followed, and the job has a Worker whose pod no watch has shown yet, so
+    the final flush lists the job's pods (with every chosen pod followed it lists none)."""
+    waiter, task_log = streaming(cluster, hook, unseen_worker=unseen_worker)
     waiting = asyncio.create_task(waiter.wait())
     await until(lambda: "[master-0] line 10" in task_log.infos)
 
@@ -142,4 +150,31 @@ async def test_lines_of_a_deleted_pod_are_named_as_lost(tmp_path: Path, monkeypa
     assert (
         "PyTorchJob default/flushed: the rest of master-0's log could not be read: the pod was deleted"
         in task_log.warnings
+    )
+
+
+async def test_the_deadline_ends_a_wait_whose_log_follow_does_not_stop(tmp_path: Path, monkeypatch) -> None:
+    """Issue 27: the job ended, and stopping its log streams waits for a follow that does not end (here one
+    that swallows its cancellation, and is never left behind: FOLLOW_STOP_SECONDS is an hour). The deadline
+    still ends the wait: a sync task ends, a trigger fires."""
+    entered, release = deaf_follows(monkeypatch)
+    monkeypatch.setattr(logs, "FOLLOW_STOP_SECONDS", 3600.0)
+    monkeypatch.setattr(waiting_module, "STOP_GRACE", 0.05)
+    async with cluster_and_hook(tmp_path, monkeypatch) as (cluster, hook):
+        waiter, task_log = streaming(cluster, hook)
+        waiting = asyncio.create_task(waiter.wait())
+        await until(lambda: "[master-0] line 10" in task_log.infos)
+        cluster.logs.close_container("default", POD, C)  # the stream ends; the follow waits for the watch
+        await entered.wait()  # the gate: in the wait that will not end
+        follow = waiter.streamer._pods[POD].task  # type: ignore[union-attr]
+        waiter.opts = replace(waiter.opts, deadline=datetime.now(UTC))  # the deadline passes
+        try:
+            event = (await asyncio.wait_for(waiting, 60)).to_payload()  # a guard against the hang
+        finally:
+            release.set()
+            await asyncio.gather(follow, return_exceptions=True)
+
+    assert event["status"] == "timeout"
+    assert "PyTorchJob default/flushed: the deadline passed while the last replica log lines were read" in (
+        task_log.warnings
     )
