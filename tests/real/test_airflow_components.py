@@ -89,8 +89,21 @@ def wait_running(airflow: Airflow, dag_id: str, run_id: str, task_id: str) -> No
         events = trigger_events(airflow.trigger_log(dag_id, run_id, task_id))
         return all(any(e.startswith(f"[{r}] ") and " started: " in e for e in events) for r in REPLICAS)
 
+    # The gate for the release: the scheduler has taken in the worker's exit after defer(). A trigger event
+    # that re-queues the task before it did makes Airflow 3.3's scheduler fail the task ("finished with state
+    # success, but the task instance's state attribute is queued"), which a busy machine reaches.
+    deferral_exit = (
+        f"Received executor event with state success for task instance TaskInstanceKey(dag_id='{dag_id}', "
+        f"task_id='{task_id}', run_id='{run_id}'"
+    )
+
     airflow.wait(f"{dag_id}.{task_id} of {run_id} to defer", deferred, SETTLE)
     airflow.wait(f"the trigger of {dag_id}.{task_id} to show its replicas", started, SETTLE)
+    airflow.wait(
+        f"the scheduler to see {dag_id}.{task_id}'s worker exit after defer()",
+        lambda: deferral_exit in airflow.output("scheduler"),
+        SETTLE,
+    )
 
 
 def wait_final(airflow: Airflow, dag_id: str, run_id: str, task_id: str) -> str:

@@ -206,7 +206,9 @@ def test_failure_names_node_0_and_its_exit_code(trainer_cluster, namespace, mode
         "gate": gate,
         "after_gate": ["RuntimeError: shard 7 is corrupt"],
     }
-    op = operator(f"tj-fail-{mode}", {"default": failing})
+    # The real controllers' own failure is what this test reads: max_restarts (default 3) would end the wait
+    # before the batch Job's backoffLimit of 6 is used up (tests/operators/test_crash_loop.py covers it).
+    op = operator(f"tj-fail-{mode}", {"default": failing}, max_restarts=None)
     output = Output(capsys)
 
     # The runtime's pods restart in place (restartPolicy OnFailure) until the batch Job's backoffLimit (6),
