@@ -23,21 +23,17 @@ from typing import Any
 
 import yaml
 
-from airflow_provider_training.hooks.errors import CredentialPluginError
 from airflow_provider_training.hooks.kubeconfig import (
     ClusterConfig,
     KubeconfigError,
-    check_usable,
+    cluster_config,
     file_version,
     in_a_pod,
     in_cluster_config,
     in_cluster_namespace,
-    read_kubeconfig_dict,
     read_kubeconfig_files,
     static_config,
-    uses_plugin,
 )
-from airflow_provider_training.offloop import import_off_loop
 
 DEFAULT_CONN_ID = "kubernetes_default"
 log = logging.getLogger(__name__)
@@ -211,32 +207,28 @@ def _default_credentials() -> dict[str, Any]:
 
 
 async def build_configuration(settings: KubeSettings) -> ClusterConfig:
-    """The cluster configuration for ``settings`` (see :mod:`.kubeconfig`); files are read in a thread."""
-    cfg = await asyncio.to_thread(_static_or_plugin, settings)
-    if isinstance(cfg, ClusterConfig):
-        return cfg
-    kubeconfig, base_dir = cfg
-    return await _plugin_config(kubeconfig, settings.cluster_context, base_dir, settings.disable_verify_ssl)
+    """The cluster configuration for ``settings`` (see :mod:`.kubeconfig`); files are read in a thread. An
+    exec plugin runs here once: the client certificate it may return is part of the TLS setup."""
+    cfg = await asyncio.to_thread(_load, settings)
+    if cfg.plugin is not None:
+        await cfg.plugin.credential()
+    return cfg
 
 
-def _static_or_plugin(settings: KubeSettings) -> ClusterConfig | tuple[Mapping[str, Any], str]:
-    """The static configuration, or the kubeconfig to hand to the client's plugin loader with its folder."""
+def _load(settings: KubeSettings) -> ClusterConfig:
     try:
         if uses_service_account(settings):
             cfg = in_cluster_config()
+        elif settings.kube_config is not None:
+            cfg = static_config(settings.kube_config, settings.cluster_context, os.getcwd())
         else:
-            if settings.kube_config is not None:
-                kubeconfig, base_dir = read_kubeconfig_dict(settings.kube_config), os.getcwd()
-            else:
-                paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
-                kubeconfig, base_dir = read_kubeconfig_files(paths)
-            if uses_plugin(kubeconfig, settings.cluster_context):
-                check_usable(kubeconfig, settings.cluster_context)  # the plugin loader does not
-                return kubeconfig, base_dir
-            cfg = static_config(kubeconfig, settings.cluster_context, base_dir)
+            paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            cfg = cluster_config(read_kubeconfig_files(paths), settings.cluster_context)
     except KubeconfigError as err:
         raise ConnectionConfigError(f"The kubernetes connection's cluster configuration: {err}") from None
-    return _without_verification(cfg, settings)
+    if settings.disable_verify_ssl:
+        cfg.verify_ssl = False
+    return cfg
 
 
 def uses_service_account(settings: KubeSettings) -> bool:
@@ -254,48 +246,6 @@ def default_namespace(settings: KubeSettings) -> str:
     if settings.namespace:
         return settings.namespace
     return (uses_service_account(settings) and in_cluster_namespace()) or "default"
-
-
-def _without_verification(cfg: ClusterConfig, settings: KubeSettings) -> ClusterConfig:
-    if settings.disable_verify_ssl:
-        cfg.verify_ssl = False
-    return cfg
-
-
-async def _plugin_config(
-    kubeconfig: Mapping[str, Any], context: str | None, base_dir: str, disable_verify_ssl: bool
-) -> ClusterConfig:
-    """An ``exec`` or ``auth-provider`` user: kubernetes_asyncio's loader runs the plugin and refreshes its
-    token; its import (seconds) happens in a worker thread, once per process."""
-    await import_off_loop("kubernetes_asyncio.config")
-    from kubernetes_asyncio import config
-    from kubernetes_asyncio.client import Configuration
-
-    client_cfg = Configuration()
-    loader = config.kube_config.KubeConfigLoader(
-        config_dict=dict(kubeconfig), active_context=context, config_base_path=base_dir
-    )
-    try:
-        await loader.load_and_set(client_cfg)
-    except Exception as err:
-        raise CredentialPluginError(
-            f"the kubeconfig user's exec or auth-provider plugin failed: {err}"
-        ) from err
-
-    async def headers() -> dict[str, str]:
-        token = (await client_cfg.auth_settings()).get("BearerToken") or {}
-        return {token["key"]: token["value"]} if token.get("value") else {}
-
-    return ClusterConfig(
-        host=str(client_cfg.host),
-        ca_file=client_cfg.ssl_ca_cert,
-        cert_file=client_cfg.cert_file,
-        key_file=client_cfg.key_file,
-        verify_ssl=bool(client_cfg.verify_ssl) and not disable_verify_ssl,
-        tls_server_name=client_cfg.tls_server_name,
-        proxy=client_cfg.proxy,
-        plugin_headers=headers,
-    )
 
 
 _shared: dict[tuple[Any, ...], ClusterConfig] = {}
