@@ -211,7 +211,7 @@ async def build_configuration(settings: KubeSettings) -> ClusterConfig:
     exec plugin runs here once: the client certificate it may return is part of the TLS setup."""
     cfg = await asyncio.to_thread(_load, settings)
     if cfg.plugin is not None:
-        await cfg.plugin.credential()
+        await cfg.plugin.prepare()
     return cfg
 
 

@@ -43,10 +43,13 @@ class CredentialSource:
     def __init__(self, where: str) -> None:
         self.where = where  # "the kubeconfig F: user 'u'", for errors
         self.current: Credential | None = None
+        self._unused = False  # fetched by prepare() and not used since
         self._fetches: dict[int, asyncio.Task[Credential]] = {}
 
     async def credential(self) -> Credential:
-        if self.current is not None and not self.current.expired():
+        """The credential, kept until it expires."""
+        if self.current is not None and (self._unused or not self.current.expired()):
+            self._unused = False
             return self.current
         loop = asyncio.get_running_loop()
         fetch = self._fetches.get(id(loop))
@@ -59,8 +62,13 @@ class CredentialSource:
                     task.exception()  # seen, even when every caller was cancelled meanwhile
 
             fetch.add_done_callback(done)
-        self.current = await asyncio.shield(fetch)
+        self.current, self._unused = await asyncio.shield(fetch), False
         return self.current
+
+    async def prepare(self) -> None:
+        """Fetch now (a client certificate is part of the TLS setup): the next use takes it, even expired."""
+        await self.credential()
+        self._unused = True
 
     async def _fetch(self) -> Credential:
         raise NotImplementedError

@@ -37,3 +37,6 @@ def thread_kube(tmp_path: Path) -> Iterator[LocalKube]:
     with LocalKube(runtime=None, controllers=[]) as cluster:
         cluster.write_kubeconfig(tmp_path / "kubeconfig")
         yield cluster
+
+
+from tests.hooks.tls_server import server  # noqa: E402, F401 (the kubeconfig tests' HTTPS server)
