@@ -1,14 +1,9 @@
-"""Where a hook's cluster credentials come from: the cncf.kubernetes ``kubernetes`` connection.
-
-The connection type is the one users already have (``kubernetes_default``), read with the same extras and
-the same precedence as ``KubernetesHook``: ``in_cluster``, ``kube_config_path`` (an explicit ``config_file``
+"""Where a hook's cluster credentials come from: the cncf.kubernetes ``kubernetes`` connection, read with the
+extras and precedence of ``KubernetesHook``: ``in_cluster``, ``kube_config_path`` (an explicit ``config_file``
 wins), ``kube_config`` (JSON/YAML string or dict), ``cluster_context``, ``namespace``, ``disable_verify_ssl``,
-also under the legacy ``extra__kubernetes__`` prefix. The three config sources are mutually exclusive.
-A missing ``kubernetes_default`` means default credentials (with a warning): in-cluster, else
-``KUBECONFIG`` / ``~/.kube/config``; any other missing connection is an error naming it.
-
-Nothing here blocks an event loop for long: the connection is resolved with the async connection API, and the
-kubeconfig is parsed once per hook.
+also under the legacy ``extra__kubernetes__`` prefix. The three config sources are mutually exclusive. A
+missing ``kubernetes_default`` means default credentials (with a warning): in-cluster, else ``KUBECONFIG`` /
+``~/.kube/config``; any other missing connection is an error naming it. Nothing here blocks an event loop.
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from airflow_provider_training.hooks.credentials import shared_flight
 from airflow_provider_training.hooks.kubeconfig import (
     ClusterConfig,
     KubeconfigError,
@@ -76,16 +72,8 @@ class KubeSettings:
         in_cluster = _as_bool(field("in_cluster"))
         kube_config_path = config_file or field("kube_config_path")
         kube_config = _parse_kube_config(field("kube_config"))
-        chosen = [
-            name
-            for name, value in (
-                ("in_cluster", in_cluster),
-                ("kube_config_path", kube_config_path),
-                ("kube_config", kube_config),
-            )
-            if value
-        ]
-        if len(chosen) > 1:
+        sources = {"in_cluster": in_cluster, "kube_config_path": kube_config_path, "kube_config": kube_config}
+        if len(chosen := [name for name, value in sources.items() if value]) > 1:
             raise ConnectionConfigError(
                 f"The kubernetes connection sets {' and '.join(chosen)}; in_cluster, kube_config_path "
                 "(or the hook's config_file) and kube_config are mutually exclusive: set only one of them."
@@ -129,15 +117,6 @@ def _parse_kube_config(value: Any) -> Mapping[str, Any] | None:
     return parsed
 
 
-def _not_found_error() -> type[Exception]:
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    return AirflowNotFoundException
-
-
-_lookups: dict[tuple[int, str], asyncio.Task[dict[str, Any]]] = {}
-
-
 async def load_connection_extras(conn_id: str | None) -> dict[str, Any]:
     """The connection's extras, resolved without blocking the event loop; ``{}`` for a missing default.
 
@@ -145,25 +124,18 @@ async def load_connection_extras(conn_id: str | None) -> dict[str, Any]:
     triggers starting together cost one lookup (tens of ms of the loop's time each, in Airflow's secrets
     backends), and a caller cancelled meanwhile (a trigger killed as it starts) does not abandon a request
     to the triggerer's supervisor half-way, whose late answer would then reach the next request instead."""
-    if not conn_id:
-        return {}
-    loop = asyncio.get_running_loop()
-    key = (id(loop), conn_id)
-    lookup = _lookups.get(key)
-    if lookup is None:
-        lookup = _lookups[key] = loop.create_task(_lookup_extras(conn_id))
-        lookup.add_done_callback(lambda _: _lookups.pop(key, None))
-    return dict(await asyncio.shield(lookup))
+    return dict(await shared_flight(("extras", conn_id), lambda: _lookup_extras(conn_id))) if conn_id else {}
 
 
 async def _lookup_extras(conn_id: str) -> dict[str, Any]:
     if _supervisor_answers_only_sync():
         return load_connection_extras_sync(conn_id)
     from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         conn = await get_async_connection(conn_id)
-    except _not_found_error():
+    except AirflowNotFoundException:
         if conn_id == DEFAULT_CONN_ID:
             return _default_credentials()
         raise
@@ -186,10 +158,11 @@ def load_connection_extras_sync(conn_id: str | None) -> dict[str, Any]:
     if not conn_id:
         return {}
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         conn = BaseHook.get_connection(conn_id)
-    except _not_found_error():
+    except AirflowNotFoundException:
         if conn_id == DEFAULT_CONN_ID:
             return _default_credentials()
         raise
@@ -249,15 +222,6 @@ def default_namespace(settings: KubeSettings) -> str:
 
 
 _shared: dict[tuple[Any, ...], ClusterConfig] = {}
-_building: dict[tuple[int, tuple[Any, ...]], asyncio.Task[ClusterConfig]] = {}
-
-
-def _built(task: asyncio.Task[ClusterConfig], key: tuple[int, tuple[Any, ...]]) -> None:
-    """Forget a finished build; its failure counts as seen even when every caller was cancelled meanwhile
-    (each caller still gets it through its own await)."""
-    _building.pop(key, None)
-    if not task.cancelled():
-        task.exception()
 
 
 async def shared_configuration(settings: KubeSettings) -> ClusterConfig:
@@ -278,13 +242,8 @@ async def shared_configuration(settings: KubeSettings) -> ClusterConfig:
         settings.cluster_context,
         settings.disable_verify_ssl,
     )
-    if (found := _shared.get(key)) is not None:
-        return found
-    loop = asyncio.get_running_loop()
-    task = _building.get((id(loop), key))
-    if task is None:
-        task = _building[(id(loop), key)] = loop.create_task(build_configuration(settings))
-        task.add_done_callback(lambda done: _built(done, (id(loop), key)))
-    cfg = await asyncio.shield(task)  # a caller cancelled does not cancel the others' build
-    _shared[key] = cfg
-    return cfg
+    if (found := _shared.get(key)) is None:
+        found = _shared[key] = await shared_flight(
+            ("configuration", key), lambda: build_configuration(settings)
+        )
+    return found

@@ -208,11 +208,9 @@ def in_cluster_namespace() -> str | None:
 
 
 def read_kubeconfig_files(paths: str) -> dict[str, Any]:
-    """The kubeconfig of ``paths`` (``os.pathsep``-separated, as ``KUBECONFIG``), merged; a missing file in
-    a list is skipped, as kubectl skips it."""
+    """The kubeconfig of ``paths`` (``os.pathsep``-separated, as ``KUBECONFIG``), merged; as kubectl, a
+    missing file in a list is skipped."""
     files = list(dict.fromkeys(p for p in paths.split(os.pathsep) if p))
-    if not files:
-        raise KubeconfigError("no kubeconfig file is named")
     merged: dict[str, Any] = {_ORIGIN: f"the kubeconfig {paths}"}
     for path in files:
         file = Path(path).expanduser()
@@ -222,10 +220,9 @@ def read_kubeconfig_files(paths: str) -> dict[str, Any]:
             if len(files) > 1 and not file.exists():
                 continue
             raise KubeconfigError(f"cannot read the kubeconfig {path}: {err.strerror}") from None
-        try:
+        try:  # the parser's own message may quote a line holding a token: name the file only
             loaded = yaml.safe_load(text) or {}
         except yaml.YAMLError:
-            # The parser's own message may quote a line holding a token: name the file only.
             raise KubeconfigError(f"the kubeconfig {path} is not valid YAML") from None
         if not isinstance(loaded, Mapping):
             raise KubeconfigError(f"the kubeconfig {path} is not a mapping")
@@ -234,8 +231,7 @@ def read_kubeconfig_files(paths: str) -> dict[str, Any]:
 
 
 def read_kubeconfig_dict(kubeconfig: Mapping[str, Any], base_dir: str) -> dict[str, Any]:
-    """A kubeconfig given as a mapping (the connection's ``kube_config``), checked as a file is; its relative
-    paths resolve against ``base_dir``."""
+    """A kubeconfig mapping (the connection's ``kube_config``), its relative paths in ``base_dir``."""
     merged: dict[str, Any] = {_ORIGIN: "the connection's kube_config"}
     _merge(merged, kubeconfig, "the connection's kube_config", base_dir)
     return merged
@@ -243,42 +239,34 @@ def read_kubeconfig_dict(kubeconfig: Mapping[str, Any], base_dir: str) -> dict[s
 
 def _merge(into: dict[str, Any], more: Mapping[str, Any], source: str, folder: str) -> None:
     """Merge as kubectl does: the first file to set ``current-context`` or define a name wins, whole. Each
-    entry keeps where it came from; ``more`` is type-checked first (kubectl refuses a whole file)."""
-    _check_types(more, source)
+    entry keeps where it came from. A wrong type anywhere in ``more`` refuses it (as kubectl the file)."""
     if "current-context" not in into and more.get("current-context"):
         into["current-context"] = more["current-context"]
     for section in ("clusters", "users", "contexts"):
-        known = {entry.get("name") for entry in into.setdefault(section, [])}
-        names = [entry[0] for entry in _entries(more, section)]
-        if duplicate := next((name for i, name in enumerate(names) if name in names[:i]), None):
-            raise KubeconfigError(f"{source}: {section}: duplicate name {duplicate!r}")
-        for entry in more.get(section) or []:
-            if isinstance(entry, Mapping) and entry.get("name") not in known:
-                into[section].append({**entry, _ORIGIN: (source, folder)})
+        known, names = {entry[0] for entry in _entries(into, section)}, []
+        for name, where, inner, _ in _entries({section: more.get(section)}, section, (source, folder)):
+            if name in names:
+                raise KubeconfigError(f"{source}: {section}: duplicate name {name!r}")
+            names.append(name)
+            for key in _CLUSTER_FLAGS if section == "clusters" else ():
+                _flag(inner, key, where)
+            if isinstance(inner.get("exec"), Mapping):
+                _flag(inner["exec"], "provideClusterInfo", where, "exec.")
+            if name not in known:
+                into.setdefault(section, []).append(
+                    {"name": name, section[:-1]: inner, _ORIGIN: (source, folder)}
+                )
 
 
-def _check_types(kubeconfig: Mapping[str, Any], source: str) -> None:
-    """Refuse boolean fields that hold anything but a boolean: kubectl does, and a quoted ``"false"`` is a
-    string, true in Python (verification would be turned off)."""
-    for _, where, cluster, _ in _entries(kubeconfig, "clusters", source):
-        for key in _CLUSTER_FLAGS:
-            _flag(cluster, key, where)
-    for _, where, user, _ in _entries(kubeconfig, "users", source):
-        if isinstance(user.get("exec"), Mapping):
-            _flag(user["exec"], "provideClusterInfo", where, "exec.provideClusterInfo")
-
-
-def _flag(entry: Mapping[str, Any], key: str, where: str, label: str | None = None) -> bool:
-    """A kubeconfig boolean: a YAML boolean, or nothing (false). YAML 1.1's ``y`` and ``n``, booleans to
-    kubectl, reach us as strings (PyYAML reads them so) and count as the booleans they are."""
+def _flag(entry: Mapping[str, Any], key: str, where: str, prefix: str = "") -> bool:
+    """A kubeconfig boolean: a YAML boolean, or nothing (false). A quoted ``"false"``, true in Python, is
+    refused as kubectl refuses it; YAML 1.1's ``y``/``n`` (strings to PyYAML) are the booleans they are."""
     value = entry.get(key)
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if value in ("y", "Y", "n", "N"):
-        return value in ("y", "Y")
+    if value is None or isinstance(value, bool) or value in ("y", "Y", "n", "N"):
+        return value in (True, "y", "Y")
     kind = "string" if isinstance(value, str) else type(value).__name__
     raise KubeconfigError(
-        f"{where}: {label or key} must be a boolean (true or false, unquoted), not the {kind} {value!r}"
+        f"{where}: {prefix}{key} must be a boolean (true or false, unquoted), not the {kind} {value!r}"
     )
 
 
@@ -288,18 +276,16 @@ def static_config(kubeconfig: Mapping[str, Any], context: str | None, base_dir: 
 
 
 def cluster_config(kubeconfig: Mapping[str, Any], context: str | None) -> ClusterConfig:
-    """The cluster and credentials of ``context`` (else the current context) of a merged kubeconfig, after
+    """The cluster and credentials of ``context`` (else the current context) in a merged kubeconfig, after
     kubectl's checks of that cluster and user."""
-    name = context or kubeconfig.get("current-context")
-    if not name:
+    if not (context := context or kubeconfig.get("current-context")):
         origin = kubeconfig.get(_ORIGIN)
         raise KubeconfigError(
             f"{origin}: current-context is not set and no context was given (cluster_context)"
         )
-    _, chosen, _ = _entry(kubeconfig, "contexts", name, required=True)
+    _, chosen, _ = _entry(kubeconfig, "contexts", context, required=True)
     where, cluster, folder = _entry(kubeconfig, "clusters", chosen.get("cluster"), required=True)
-    server = str(cluster.get("server") or "").rstrip("/")
-    if not server:
+    if not (server := str(cluster.get("server") or "").rstrip("/")):
         raise KubeconfigError(f"{where}: server is not set")
     insecure = _flag(cluster, "insecure-skip-tls-verify", where)
     ca_file = _file(cluster, "certificate-authority", where, folder)
@@ -313,76 +299,56 @@ def cluster_config(kubeconfig: Mapping[str, Any], context: str | None) -> Cluste
     proxy = cluster.get("proxy-url") or None
     if proxy is not None and urlsplit(str(proxy)).scheme.lower() not in ("http", "https", "socks5"):
         raise KubeconfigError(f"{where}: proxy-url must be an http://, https:// or socks5:// URL")
-    cfg = ClusterConfig(
-        host=server,
-        ca_file=ca_file,
-        ca_data=ca_data,
-        verify_ssl=not insecure,
-        tls_server_name=cluster.get("tls-server-name") or None,
-        proxy=proxy,
-    )
+    cfg = ClusterConfig(server, ca_file=ca_file, ca_data=ca_data, verify_ssl=not insecure, proxy=proxy)
+    cfg.tls_server_name = cluster.get("tls-server-name") or None
     where, user, folder = _entry(kubeconfig, "users", chosen.get("user"), required=False)
-    _credentials(cfg, user, where, folder, cluster)
-    return cfg
-
-
-def _credentials(
-    cfg: ClusterConfig, user: Mapping[str, Any], where: str, folder: str, cluster: Mapping
-) -> None:
-    """Set ``cfg``'s credentials from ``user``, in kubectl's precedence: a token file over a token; a static
-    credential (token, basic auth, client certificate) and the exec plugin is never run; a token and the
-    auth-provider is not used."""
-    cfg.cert_file = _file(user, "client-certificate", where, folder)
-    cfg.cert_data = _decoded(user, "client-certificate-data", where)
-    cfg.key_file = _file(user, "client-key", where, folder)
-    cfg.key_data = _decoded(user, "client-key-data", where)
+    cfg.cert_file, cfg.key_file = (
+        _file(user, key, where, folder) for key in ("client-certificate", "client-key")
+    )
+    cfg.cert_data, cfg.key_data = (
+        _decoded(user, key, where) for key in ("client-certificate-data", "client-key-data")
+    )
     for has, lacks in (("client-certificate", "client-key"), ("client-key", "client-certificate")):
         if (user.get(has) or user.get(f"{has}-data")) and not (user.get(lacks) or user.get(f"{lacks}-data")):
             given = has if user.get(has) else f"{has}-data"
             raise KubeconfigError(
                 f"{where}: {given} is set without {lacks} or {lacks}-data: they go in pairs"
             )
+    # kubectl's precedence: a token file over a token; any static credential and the exec plugin never runs;
+    # a token (or basic auth) and the auth-provider is not used.
     cfg.token = str(user["token"]) if user.get("token") else None
     token_file = _file(user, "tokenFile", where, folder)
     cfg.token_file = TokenFile(token_file) if token_file else None
-    username = user.get("username")
-    if username and (cfg.token or token_file):
+    if (username := user.get("username")) and (cfg.token or token_file):
         raise KubeconfigError(
-            f"{where}: token (or tokenFile) and username are both set: more than one authentication method"
+            f"{where}: token (or tokenFile) and username are both set: set only one of them"
         )
     cfg.basic_auth = f"{username}:{user.get('password') or ''}" if username else None
-    plugin, provider = user.get("exec"), user.get("auth-provider")
-    if plugin and provider:
+    if user.get("exec") and user.get("auth-provider"):
         raise KubeconfigError(f"{where}: exec and auth-provider are both set: set only one of them")
-    if plugin and not (cfg.token or token_file or username or cfg.cert_file or cfg.cert_data):
-        cfg.plugin = _exec_plugin(plugin, where, folder, cfg, cluster)
-    if provider and not (cfg.token or token_file or username):
-        cfg.plugin = _auth_provider(provider, where)
+    if user.get("exec") and not (cfg.token or token_file or username or cfg.cert_file or cfg.cert_data):
+        cfg.plugin = _exec_plugin(user["exec"], where, folder, cfg, cluster)
+    if user.get("auth-provider") and not (cfg.token or token_file or username):
+        cfg.plugin = _oidc(user["auth-provider"], where)
+    return cfg
 
 
 def _exec_plugin(spec: Any, where: str, folder: str, cfg: ClusterConfig, cluster: Mapping) -> ExecPlugin:
+    """``user.exec``, checked as kubectl checks it; a ``command`` with a path separator is the kubeconfig
+    folder's (a bare name is looked up on ``PATH``)."""
     if not isinstance(spec, Mapping) or not spec.get("command"):
         raise KubeconfigError(f"{where}: exec.command is not set")
-    version = spec.get("apiVersion")
-    if version not in EXEC_VERSIONS:
-        raise KubeconfigError(
-            f"{where}: exec.apiVersion {version!r} is not one of {', '.join(EXEC_VERSIONS)}"
-        )
+    if (version := spec.get("apiVersion")) not in EXEC_VERSIONS:
+        raise KubeconfigError(f"{where}: exec.apiVersion {version!r} is not one of {EXEC_VERSIONS}")
     mode = spec.get("interactiveMode") or ("" if version.endswith("/v1") else "IfAvailable")
-    if mode not in ("Never", "IfAvailable", "Always"):
-        raise KubeconfigError(
-            f"{where}: exec.interactiveMode must be Never, IfAvailable or Always, not {mode!r}"
-        )
-    if mode == "Always":
-        raise KubeconfigError(f"{where}: exec.interactiveMode is Always, but the provider has no terminal")
+    if mode not in ("Never", "IfAvailable"):  # Always needs a terminal, which the provider has not
+        raise KubeconfigError(f"{where}: exec.interactiveMode {mode!r} is not Never or IfAvailable")
     env = spec.get("env") or []
     if not all(isinstance(item, Mapping) and item.get("name") for item in env):
         raise KubeconfigError(f"{where}: exec.env: every entry needs a name")
     command = str(spec["command"])
-    if os.sep in command or "/" in command:  # as kubectl: a path is the file's; a bare name is on PATH
-        command = os.path.join(folder, command)
     info = None
-    if _flag(spec, "provideClusterInfo", where, "exec.provideClusterInfo"):
+    if _flag(spec, "provideClusterInfo", where, "exec."):
         ca = cfg.ca_data or (Path(cfg.ca_file).read_text() if cfg.ca_file else "")
         extensions = [e for e in cluster.get("extensions") or [] if isinstance(e, Mapping)]
         info = {
@@ -395,58 +361,59 @@ def _exec_plugin(spec: Any, where: str, folder: str, cfg: ClusterConfig, cluster
             "config": next((e.get("extension") for e in extensions if e.get("name") == EXEC_EXTENSION), None),
         }
         info = {key: value for key, value in info.items() if value or key == "server"}
-    args = [str(arg) for arg in spec.get("args") or []]
-    env_vars = {str(item["name"]): str(item.get("value") or "") for item in env}
-    return ExecPlugin(where, version, command, args, env_vars, info, str(spec.get("installHint") or ""))
+    return ExecPlugin(
+        where,
+        {
+            "apiVersion": version,
+            "command": os.path.join(folder, command) if os.sep in command or "/" in command else command,
+            "args": [str(arg) for arg in spec.get("args") or []],
+            "env": {str(item["name"]): str(item.get("value") or "") for item in env},
+            "installHint": str(spec.get("installHint") or "").strip(),
+        },
+        info,
+    )
 
 
-def _auth_provider(provider: Any, where: str) -> OidcProvider:
+def _oidc(provider: Any, where: str) -> OidcProvider:
+    """``user.auth-provider``: only ``oidc`` (kubectl's ``gcp`` and ``azure`` are stubs that fail)."""
     name = provider.get("name") if isinstance(provider, Mapping) else None
     if name != "oidc":
         raise KubeconfigError(f"{where}: auth-provider.name {name!r}: only oidc is supported (as kubectl)")
-    config = provider.get("config") or {}
+    config = {str(key): str(value) for key, value in (provider.get("config") or {}).items()}
     for key in ("idp-issuer-url", "client-id"):
         if not config.get(key):
             raise KubeconfigError(f"{where}: auth-provider.config.{key} is not set")
-    if config.get("idp-certificate-authority") and config.get("idp-certificate-authority-data"):
-        raise KubeconfigError(
-            f"{where}: auth-provider.config.idp-certificate-authority and -data are both set"
-        )
-    ca = _decoded(config, "idp-certificate-authority-data", f"{where}: auth-provider.config")
-    return OidcProvider(where, {str(k): str(v) for k, v in config.items()}, ca)
+    _file(
+        config, "idp-certificate-authority", f"{where}: auth-provider.config", ""
+    )  # not resolved, as kubectl
+    return OidcProvider(
+        where, config, _decoded(config, "idp-certificate-authority-data", f"{where}: auth-provider.config")
+    )
 
 
-def _entry(
-    kubeconfig: Mapping[str, Any], section: str, name: Any, *, required: bool
-) -> tuple[str, Mapping, str]:
+def _entry(kubeconfig: Mapping, section: str, name: Any, *, required: bool) -> tuple[str, Mapping, str]:
     """Where the named entry of ``section`` is (its file and name), its mapping and its file's folder."""
     found = [entry[1:] for entry in _entries(kubeconfig, section) if entry[0] == name]
-    if found:
-        return found[0]
-    if required:
-        names = [entry[0] for entry in _entries(kubeconfig, section)]
-        raise KubeconfigError(
-            f"{kubeconfig.get(_ORIGIN)} has no {section[:-1]} named {name!r} (it has {names})"
-        )
-    return "", {}, ""
+    if found or not required:
+        return found[0] if found else ("", {}, "")
+    names = [entry[0] for entry in _entries(kubeconfig, section)]
+    raise KubeconfigError(f"{kubeconfig.get(_ORIGIN)} has no {section[:-1]} named {name!r} (it has {names})")
 
 
-def _entries(
-    kubeconfig: Mapping[str, Any], section: str, source: str = ""
-) -> list[tuple[Any, str, Mapping, str]]:
+def _entries(kubeconfig: Mapping, section: str, origin: Any = None) -> list[tuple[Any, str, Mapping, str]]:
     """The name, place (file and name), ``context``/``cluster``/``user`` mapping and folder of each entry."""
     found = []
     for entry in kubeconfig.get(section) or []:
         if isinstance(entry, Mapping):
-            origin, folder = entry.get(_ORIGIN, (source, ""))
+            source, folder = entry.get(_ORIGIN, origin)
             inner = entry.get(section[:-1])
-            where = f"{origin}: {section[:-1]} {entry.get('name')!r}"
+            where = f"{source}: {section[:-1]} {entry.get('name')!r}"
             found.append((entry.get("name"), where, inner if isinstance(inner, Mapping) else {}, folder))
     return found
 
 
 def _file(entry: Mapping[str, Any], key: str, where: str, folder: str) -> str | None:
-    """The readable file ``entry[key]`` names, relative to ``folder`` (not also given as ``key-data``)."""
+    """The readable file ``entry[key]`` names, relative to ``folder`` (and not also given as ``key-data``)."""
     if not entry.get(key):
         return None
     if entry.get(f"{key}-data"):
@@ -454,16 +421,14 @@ def _file(entry: Mapping[str, Any], key: str, where: str, folder: str) -> str | 
     path = os.path.join(folder, str(entry[key]))
     try:
         with open(path, "rb"):
-            pass
+            return path
     except OSError as err:
         raise KubeconfigError(f"{where}: cannot read {key} {path}: {err.strerror}") from None
-    return path
 
 
 def _decoded(entry: Mapping[str, Any], key: str, where: str) -> str | None:
     """A ``*-data`` field: padded standard base64 whose line breaks are ignored (Go's decoder), as text."""
-    value = entry.get(key)
-    if not value:
+    if not (value := entry.get(key)):
         return None
     try:
         return base64.b64decode(str(value).replace("\r", "").replace("\n", ""), validate=True).decode()
