@@ -42,7 +42,7 @@ async def shared_flight(key: Hashable, start: Callable[[], Awaitable[T]]) -> T:
                 task.exception()
 
         task.add_done_callback(done)
-    return await asyncio.shield(task)  # type: ignore[no-any-return]
+    return await asyncio.shield(task)
 
 
 @dataclass(frozen=True)
