@@ -17,7 +17,6 @@ import hashlib
 import os
 import ssl
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,7 +27,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from airflow_provider_training.hooks.credentials import CredentialSource, ExecPlugin, OidcProvider
+from airflow_provider_training.hooks.credentials import Credential, CredentialSource, ExecPlugin, OidcProvider
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS = 60.0  # as client-go: projected service-account tokens rotate
@@ -42,22 +41,19 @@ class KubeconfigError(ValueError):
     """The kubeconfig (or the in-cluster environment) does not name a usable cluster and user."""
 
 
-@dataclass
-class TokenFile:
-    """A bearer token kept in a file that may be rotated; read again at most once a minute, or on demand."""
+class TokenFile(CredentialSource):
+    """A bearer token in a rotated file (``tokenFile``, a service account's): read again every minute."""
 
-    path: str
-    _token: str = field(default="", repr=False)
-    _read_at: float = -float("inf")
+    def __init__(self, path: str) -> None:
+        super().__init__(f"the token file {path}")
+        self.path = path
 
-    def token(self, *, fresh: bool = False) -> str:
-        if fresh or time.monotonic() - self._read_at > TOKEN_REREAD_SECONDS:
-            try:
-                self._token = Path(self.path).read_text().strip()
-            except OSError as err:
-                raise KubeconfigError(f"cannot read the token file {self.path}: {err.strerror}") from None
-            self._read_at = time.monotonic()
-        return self._token
+    async def _fetch(self) -> Credential:
+        try:
+            token = Path(self.path).read_text().strip()
+        except OSError as err:
+            raise KubeconfigError(f"cannot read the token file {self.path}: {err.strerror}") from None
+        return Credential(token, expires=datetime.now(UTC) + timedelta(seconds=TOKEN_REREAD_SECONDS))
 
 
 class ServerClock:
@@ -85,7 +81,7 @@ class ServerClock:
         return datetime.now(UTC) + timedelta(seconds=self.offset)
 
 
-@dataclass
+@dataclass(repr=False)  # no credentials in logs
 class ClusterConfig:
     """Where the API server is and how to authenticate and verify it: what the transport needs, no more.
 
@@ -93,56 +89,48 @@ class ClusterConfig:
     certificate it returns changes ``tls_key()`` and what ``ssl_context()`` loads."""
 
     host: str
-    token: str | None = field(default=None, repr=False)
-    token_file: TokenFile | None = None
-    basic_auth: str | None = field(default=None, repr=False)  # "user:password"
+    token: str | None = None
+    basic_auth: str | None = None  # "user:password"
     ca_file: str | None = None
-    ca_data: str | None = field(default=None, repr=False)  # PEM text
+    ca_data: str | None = None  # PEM text, as the *_data below
     cert_file: str | None = None
     key_file: str | None = None
-    cert_data: str | None = field(default=None, repr=False)  # PEM text
-    key_data: str | None = field(default=None, repr=False)
+    cert_data: str | None = None
+    key_data: str | None = None
     verify_ssl: bool = True
     tls_server_name: str | None = None
     proxy: str | None = None  # http://, https:// or socks5://
-    plugin: CredentialSource | None = field(default=None, repr=False)  # exec or oidc
-    # Shared by every transport of this configuration (one object per connection).
-    clock: ServerClock = field(default_factory=ServerClock, repr=False, compare=False)
+    plugin: CredentialSource | None = None  # a token file, an exec plugin or the oidc auth-provider
+    clock: ServerClock = field(default_factory=ServerClock, compare=False)  # of every transport on this
 
     async def auth_headers(self) -> dict[str, str]:
         """The ``Authorization`` header for the next request (empty without credentials)."""
-        if self.token_file is not None:
-            return {"Authorization": f"Bearer {self.token_file.token()}"}
+        if self.plugin is not None and (token := (await self.plugin.credential()).token):
+            return {"Authorization": f"Bearer {token}"}
         if self.token:
             return {"Authorization": f"Bearer {self.token}"}
         if self.basic_auth:
             return {"Authorization": "Basic " + base64.b64encode(self.basic_auth.encode()).decode()}
-        token = (await self.plugin.credential()).token if self.plugin is not None else None
-        return {"Authorization": f"Bearer {token}"} if token else {}
+        return {}
 
     def take_credentials(self, fresh: ClusterConfig) -> None:
-        """After a 401: adopt the credentials of a configuration loaded again (a token file is re-read, an
-        exec plugin has run again)."""
+        """After a 401: adopt the credentials of a configuration loaded again (a token file to read again,
+        an exec plugin that has run again)."""
         self.token, self.basic_auth, self.plugin = fresh.token, fresh.basic_auth, fresh.plugin
-        self.token_file = fresh.token_file
-        if self.token_file is not None:
-            self.token_file.token(fresh=True)
 
     def _client_pem(self) -> tuple[str | None, str | None]:
         """The client certificate and key as PEM text: an exec plugin's, else the kubeconfig's data."""
         given = self.plugin.current if self.plugin is not None else None
-        if given is not None and given.cert:
-            return given.cert, given.key
-        return self.cert_data, self.key_data
+        return (
+            (given.cert, given.key) if given is not None and given.cert else (self.cert_data, self.key_data)
+        )
 
     def tls_key(self) -> tuple[Any, ...]:
         """What the TLS context depends on (files with their versions, the client certificate's digest),
         for sharing one per process: it changes when any of them does."""
-        files = (self.ca_file, self.cert_file, self.key_file)
-        pem = "".join(text or "" for text in self._client_pem())
+        files, pem = (self.ca_file, self.cert_file, self.key_file), "".join(filter(None, self._client_pem()))
         digest = hashlib.sha256(pem.encode()).hexdigest() if pem else None
         return (
-            "ssl",
             *files,
             *map(file_version, files),
             self.ca_data,
@@ -166,8 +154,7 @@ class ClusterConfig:
             finally:
                 os.unlink(path)
         if not self.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         return context
 
 
@@ -187,11 +174,8 @@ def in_cluster_config() -> ClusterConfig:
     token_path, ca_path = SERVICE_ACCOUNT / "token", SERVICE_ACCOUNT / "ca.crt"
     if not token_path.is_file() or not ca_path.is_file():
         raise KubeconfigError(f"the service account files are missing under {SERVICE_ACCOUNT}")
-    if ":" in host:  # an IPv6 address
-        host = f"[{host}]"
-    token = TokenFile(str(token_path))
-    token.token()
-    return ClusterConfig(host=f"https://{host}:{port}", token_file=token, ca_file=str(ca_path))
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    return ClusterConfig(f"https://{host}:{port}", ca_file=str(ca_path), plugin=TokenFile(str(token_path)))
 
 
 def in_a_pod() -> bool:
@@ -317,8 +301,8 @@ def cluster_config(kubeconfig: Mapping[str, Any], context: str | None) -> Cluste
     # kubectl's precedence: a token file over a token; any static credential and the exec plugin never runs;
     # a token (or basic auth) and the auth-provider is not used.
     cfg.token = str(user["token"]) if user.get("token") else None
-    token_file = _file(user, "tokenFile", where, folder)
-    cfg.token_file = TokenFile(token_file) if token_file else None
+    if token_file := _file(user, "tokenFile", where, folder):
+        cfg.plugin = TokenFile(token_file)
     if (username := user.get("username")) and (cfg.token or token_file):
         raise KubeconfigError(
             f"{where}: token (or tokenFile) and username are both set: set only one of them"
