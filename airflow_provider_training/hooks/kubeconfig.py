@@ -272,8 +272,7 @@ def cluster_config(kubeconfig: Mapping[str, Any], context: str | None) -> Cluste
     if not (server := str(cluster.get("server") or "").rstrip("/")):
         raise KubeconfigError(f"{where}: server is not set")
     insecure = _flag(cluster, "insecure-skip-tls-verify", where)
-    ca_file = _file(cluster, "certificate-authority", where, folder)
-    ca_data = _decoded(cluster, "certificate-authority-data", where)
+    ca_file, ca_data = _source(cluster, "certificate-authority", where, folder)
     if insecure and (ca_file or ca_data):
         ca = "certificate-authority" + ("" if ca_file else "-data")
         raise KubeconfigError(
@@ -286,27 +285,19 @@ def cluster_config(kubeconfig: Mapping[str, Any], context: str | None) -> Cluste
     cfg = ClusterConfig(server, ca_file=ca_file, ca_data=ca_data, verify_ssl=not insecure, proxy=proxy)
     cfg.tls_server_name = cluster.get("tls-server-name") or None
     where, user, folder = _entry(kubeconfig, "users", chosen.get("user"), required=False)
-    cfg.cert_file, cfg.key_file = (
-        _file(user, key, where, folder) for key in ("client-certificate", "client-key")
-    )
-    cfg.cert_data, cfg.key_data = (
-        _decoded(user, key, where) for key in ("client-certificate-data", "client-key-data")
-    )
+    cfg.cert_file, cfg.cert_data = _source(user, "client-certificate", where, folder)
+    cfg.key_file, cfg.key_data = _source(user, "client-key", where, folder)
     for has, lacks in (("client-certificate", "client-key"), ("client-key", "client-certificate")):
         if (user.get(has) or user.get(f"{has}-data")) and not (user.get(lacks) or user.get(f"{lacks}-data")):
             given = has if user.get(has) else f"{has}-data"
-            raise KubeconfigError(
-                f"{where}: {given} is set without {lacks} or {lacks}-data: they go in pairs"
-            )
+            raise KubeconfigError(f"{where}: {given} is set without {lacks} or {lacks}-data")
     # kubectl's precedence: a token file over a token; any static credential and the exec plugin never runs;
     # a token (or basic auth) and the auth-provider is not used.
     cfg.token = str(user["token"]) if user.get("token") else None
-    if token_file := _file(user, "tokenFile", where, folder):
+    if token_file := _source(user, "tokenFile", where, folder)[0]:
         cfg.plugin = TokenFile(token_file)
     if (username := user.get("username")) and (cfg.token or token_file):
-        raise KubeconfigError(
-            f"{where}: token (or tokenFile) and username are both set: set only one of them"
-        )
+        raise KubeconfigError(f"{where}: token (or tokenFile) and username are both set: set one")
     cfg.basic_auth = f"{username}:{user.get('password') or ''}" if username else None
     if user.get("exec") and user.get("auth-provider"):
         raise KubeconfigError(f"{where}: exec and auth-provider are both set: set only one of them")
@@ -367,12 +358,8 @@ def _oidc(provider: Any, where: str) -> OidcProvider:
     for key in ("idp-issuer-url", "client-id"):
         if not config.get(key):
             raise KubeconfigError(f"{where}: auth-provider.config.{key} is not set")
-    _file(
-        config, "idp-certificate-authority", f"{where}: auth-provider.config", ""
-    )  # not resolved, as kubectl
-    return OidcProvider(
-        where, config, _decoded(config, "idp-certificate-authority-data", f"{where}: auth-provider.config")
-    )
+    ca = _source(config, "idp-certificate-authority", f"{where}: auth-provider.config", "")  # as given
+    return OidcProvider(where, config, ca[1])
 
 
 def _entry(kubeconfig: Mapping, section: str, name: Any, *, required: bool) -> tuple[str, Mapping, str]:
@@ -396,25 +383,22 @@ def _entries(kubeconfig: Mapping, section: str, origin: Any = None) -> list[tupl
     return found
 
 
-def _file(entry: Mapping[str, Any], key: str, where: str, folder: str) -> str | None:
-    """The readable file ``entry[key]`` names, relative to ``folder`` (and not also given as ``key-data``)."""
-    if not entry.get(key):
-        return None
-    if entry.get(f"{key}-data"):
+def _source(entry: Mapping[str, Any], key: str, where: str, folder: str) -> tuple[str | None, str | None]:
+    """``entry[key]``, a readable file relative to ``folder``, or ``entry[key-data]``: padded standard base64
+    whose line breaks are ignored (Go's decoder), decoded; not both."""
+    path, data = entry.get(key), entry.get(f"{key}-data")
+    if path and data:
         raise KubeconfigError(f"{where}: {key} and {key}-data are both set: set only one of them")
-    path = os.path.join(folder, str(entry[key]))
+    if path:
+        path = os.path.join(folder, str(path))
+        try:
+            with open(path, "rb"):
+                return path, None
+        except OSError as err:
+            raise KubeconfigError(f"{where}: cannot read {key} {path}: {err.strerror}") from None
     try:
-        with open(path, "rb"):
-            return path
-    except OSError as err:
-        raise KubeconfigError(f"{where}: cannot read {key} {path}: {err.strerror}") from None
-
-
-def _decoded(entry: Mapping[str, Any], key: str, where: str) -> str | None:
-    """A ``*-data`` field: padded standard base64 whose line breaks are ignored (Go's decoder), as text."""
-    if not (value := entry.get(key)):
-        return None
-    try:
-        return base64.b64decode(str(value).replace("\r", "").replace("\n", ""), validate=True).decode()
+        return None, base64.b64decode(
+            str(data).replace("\r", "").replace("\n", ""), validate=True
+        ).decode() if data else None
     except (binascii.Error, UnicodeDecodeError):
-        raise KubeconfigError(f"{where}: {key} is not base64 (standard alphabet, padded)") from None
+        raise KubeconfigError(f"{where}: {key}-data is not base64 (standard alphabet, padded)") from None
