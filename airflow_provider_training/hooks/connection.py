@@ -89,9 +89,7 @@ class KubeSettings:
 
 
 def _as_bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in _TRUE
-    return bool(value)
+    return value.strip().lower() in _TRUE if isinstance(value, str) else bool(value)
 
 
 def _parse_kube_config(value: Any) -> Mapping[str, Any] | None:
