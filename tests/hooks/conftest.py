@@ -11,6 +11,7 @@ from localkube.cluster import LocalKube
 
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from tests.hooks.kube_env import FAST_RETRY, local_cluster, use_connection
+from tests.hooks.tls_server import server  # noqa: F401 (the kubeconfig tests' HTTPS server, a fixture)
 
 
 @pytest_asyncio.fixture
@@ -37,6 +38,3 @@ def thread_kube(tmp_path: Path) -> Iterator[LocalKube]:
     with LocalKube(runtime=None, controllers=[]) as cluster:
         cluster.write_kubeconfig(tmp_path / "kubeconfig")
         yield cluster
-
-
-from tests.hooks.tls_server import server  # noqa: E402, F401 (the kubeconfig tests' HTTPS server)
