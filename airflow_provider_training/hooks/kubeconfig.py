@@ -340,7 +340,9 @@ def _exec_plugin(spec: Any, where: str, folder: str, cfg: ClusterConfig, cluster
         where,
         {
             "apiVersion": version,
-            "command": os.path.join(folder, command) if os.sep in command or "/" in command else command,
+            "command": os.path.normpath(os.path.join(folder, command))
+            if os.sep in command or "/" in command
+            else command,
             "args": [str(arg) for arg in spec.get("args") or []],
             "env": {str(item["name"]): str(item.get("value") or "") for item in env},
             "installHint": str(spec.get("installHint") or "").strip(),
@@ -390,7 +392,7 @@ def _source(entry: Mapping[str, Any], key: str, where: str, folder: str) -> tupl
     if path and data:
         raise KubeconfigError(f"{where}: {key} and {key}-data are both set: set only one of them")
     if path:
-        path = os.path.join(folder, str(path))
+        path = os.path.normpath(os.path.join(folder, str(path)))  # as Go's filepath.Join
         try:
             with open(path, "rb"):
                 return path, None

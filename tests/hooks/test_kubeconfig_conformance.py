@@ -242,9 +242,9 @@ CORPUS = [
     ),
     Case(
         "exec command not found",
-        "kubectl: error: getting credentials: exec: executable ./bin/none not found",
+        "kubectl: error: getting credentials: exec: executable $dir/bin/none not found",
         "exec: {apiVersion: " + V1BETA1 + ", command: ./bin/none}",
-        Refused("user 'u'", "exec.command", "$dir/./bin/none not found"),
+        Refused("user 'u'", "exec.command", "$dir/bin/none not found"),
     ),
     Case(
         "exec exit code",
