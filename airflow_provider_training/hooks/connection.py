@@ -1,14 +1,9 @@
-"""Where a hook's cluster credentials come from: the cncf.kubernetes ``kubernetes`` connection.
-
-The connection type is the one users already have (``kubernetes_default``), read with the same extras and
-the same precedence as ``KubernetesHook``: ``in_cluster``, ``kube_config_path`` (an explicit ``config_file``
+"""Where a hook's cluster credentials come from: the cncf.kubernetes ``kubernetes`` connection, read with the
+extras and precedence of ``KubernetesHook``: ``in_cluster``, ``kube_config_path`` (an explicit ``config_file``
 wins), ``kube_config`` (JSON/YAML string or dict), ``cluster_context``, ``namespace``, ``disable_verify_ssl``,
-also under the legacy ``extra__kubernetes__`` prefix. The three config sources are mutually exclusive.
-A missing ``kubernetes_default`` means default credentials (with a warning): in-cluster, else
-``KUBECONFIG`` / ``~/.kube/config``; any other missing connection is an error naming it.
-
-Nothing here blocks an event loop for long: the connection is resolved with the async connection API, and the
-kubeconfig is parsed once per hook.
+also under the legacy ``extra__kubernetes__`` prefix. The three config sources are mutually exclusive. A
+missing ``kubernetes_default`` means default credentials (with a warning): in-cluster, else ``KUBECONFIG`` /
+``~/.kube/config``; any other missing connection is an error naming it. Nothing here blocks an event loop.
 """
 
 from __future__ import annotations
@@ -23,21 +18,18 @@ from typing import Any
 
 import yaml
 
-from airflow_provider_training.hooks.errors import CredentialPluginError
+from airflow_provider_training.hooks.credentials import shared_flight
 from airflow_provider_training.hooks.kubeconfig import (
     ClusterConfig,
     KubeconfigError,
-    check_usable,
+    cluster_config,
     file_version,
     in_a_pod,
     in_cluster_config,
     in_cluster_namespace,
-    read_kubeconfig_dict,
     read_kubeconfig_files,
     static_config,
-    uses_plugin,
 )
-from airflow_provider_training.offloop import import_off_loop
 
 DEFAULT_CONN_ID = "kubernetes_default"
 log = logging.getLogger(__name__)
@@ -80,16 +72,8 @@ class KubeSettings:
         in_cluster = _as_bool(field("in_cluster"))
         kube_config_path = config_file or field("kube_config_path")
         kube_config = _parse_kube_config(field("kube_config"))
-        chosen = [
-            name
-            for name, value in (
-                ("in_cluster", in_cluster),
-                ("kube_config_path", kube_config_path),
-                ("kube_config", kube_config),
-            )
-            if value
-        ]
-        if len(chosen) > 1:
+        sources = {"in_cluster": in_cluster, "kube_config_path": kube_config_path, "kube_config": kube_config}
+        if len(chosen := [name for name, value in sources.items() if value]) > 1:
             raise ConnectionConfigError(
                 f"The kubernetes connection sets {' and '.join(chosen)}; in_cluster, kube_config_path "
                 "(or the hook's config_file) and kube_config are mutually exclusive: set only one of them."
@@ -105,9 +89,7 @@ class KubeSettings:
 
 
 def _as_bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in _TRUE
-    return bool(value)
+    return value.strip().lower() in _TRUE if isinstance(value, str) else bool(value)
 
 
 def _parse_kube_config(value: Any) -> Mapping[str, Any] | None:
@@ -133,15 +115,6 @@ def _parse_kube_config(value: Any) -> Mapping[str, Any] | None:
     return parsed
 
 
-def _not_found_error() -> type[Exception]:
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    return AirflowNotFoundException
-
-
-_lookups: dict[tuple[int, str], asyncio.Task[dict[str, Any]]] = {}
-
-
 async def load_connection_extras(conn_id: str | None) -> dict[str, Any]:
     """The connection's extras, resolved without blocking the event loop; ``{}`` for a missing default.
 
@@ -149,25 +122,18 @@ async def load_connection_extras(conn_id: str | None) -> dict[str, Any]:
     triggers starting together cost one lookup (tens of ms of the loop's time each, in Airflow's secrets
     backends), and a caller cancelled meanwhile (a trigger killed as it starts) does not abandon a request
     to the triggerer's supervisor half-way, whose late answer would then reach the next request instead."""
-    if not conn_id:
-        return {}
-    loop = asyncio.get_running_loop()
-    key = (id(loop), conn_id)
-    lookup = _lookups.get(key)
-    if lookup is None:
-        lookup = _lookups[key] = loop.create_task(_lookup_extras(conn_id))
-        lookup.add_done_callback(lambda _: _lookups.pop(key, None))
-    return dict(await asyncio.shield(lookup))
+    return dict(await shared_flight(("extras", conn_id), lambda: _lookup_extras(conn_id))) if conn_id else {}
 
 
 async def _lookup_extras(conn_id: str) -> dict[str, Any]:
     if _supervisor_answers_only_sync():
         return load_connection_extras_sync(conn_id)
     from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         conn = await get_async_connection(conn_id)
-    except _not_found_error():
+    except AirflowNotFoundException:
         if conn_id == DEFAULT_CONN_ID:
             return _default_credentials()
         raise
@@ -190,10 +156,11 @@ def load_connection_extras_sync(conn_id: str | None) -> dict[str, Any]:
     if not conn_id:
         return {}
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         conn = BaseHook.get_connection(conn_id)
-    except _not_found_error():
+    except AirflowNotFoundException:
         if conn_id == DEFAULT_CONN_ID:
             return _default_credentials()
         raise
@@ -211,32 +178,28 @@ def _default_credentials() -> dict[str, Any]:
 
 
 async def build_configuration(settings: KubeSettings) -> ClusterConfig:
-    """The cluster configuration for ``settings`` (see :mod:`.kubeconfig`); files are read in a thread."""
-    cfg = await asyncio.to_thread(_static_or_plugin, settings)
-    if isinstance(cfg, ClusterConfig):
-        return cfg
-    kubeconfig, base_dir = cfg
-    return await _plugin_config(kubeconfig, settings.cluster_context, base_dir, settings.disable_verify_ssl)
+    """The cluster configuration for ``settings`` (see :mod:`.kubeconfig`); files are read in a thread. An
+    exec plugin runs here once: the client certificate it may return is part of the TLS setup."""
+    cfg = await asyncio.to_thread(_load, settings)
+    if cfg.plugin is not None:
+        await cfg.plugin.prepare()
+    return cfg
 
 
-def _static_or_plugin(settings: KubeSettings) -> ClusterConfig | tuple[Mapping[str, Any], str]:
-    """The static configuration, or the kubeconfig to hand to the client's plugin loader with its folder."""
+def _load(settings: KubeSettings) -> ClusterConfig:
     try:
         if uses_service_account(settings):
             cfg = in_cluster_config()
+        elif settings.kube_config is not None:
+            cfg = static_config(settings.kube_config, settings.cluster_context, os.getcwd())
         else:
-            if settings.kube_config is not None:
-                kubeconfig, base_dir = read_kubeconfig_dict(settings.kube_config), os.getcwd()
-            else:
-                paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
-                kubeconfig, base_dir = read_kubeconfig_files(paths)
-            if uses_plugin(kubeconfig, settings.cluster_context):
-                check_usable(kubeconfig, settings.cluster_context)  # the plugin loader does not
-                return kubeconfig, base_dir
-            cfg = static_config(kubeconfig, settings.cluster_context, base_dir)
+            paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            cfg = cluster_config(read_kubeconfig_files(paths), settings.cluster_context)
     except KubeconfigError as err:
         raise ConnectionConfigError(f"The kubernetes connection's cluster configuration: {err}") from None
-    return _without_verification(cfg, settings)
+    if settings.disable_verify_ssl:
+        cfg.verify_ssl = False
+    return cfg
 
 
 def uses_service_account(settings: KubeSettings) -> bool:
@@ -256,58 +219,7 @@ def default_namespace(settings: KubeSettings) -> str:
     return (uses_service_account(settings) and in_cluster_namespace()) or "default"
 
 
-def _without_verification(cfg: ClusterConfig, settings: KubeSettings) -> ClusterConfig:
-    if settings.disable_verify_ssl:
-        cfg.verify_ssl = False
-    return cfg
-
-
-async def _plugin_config(
-    kubeconfig: Mapping[str, Any], context: str | None, base_dir: str, disable_verify_ssl: bool
-) -> ClusterConfig:
-    """An ``exec`` or ``auth-provider`` user: kubernetes_asyncio's loader runs the plugin and refreshes its
-    token; its import (seconds) happens in a worker thread, once per process."""
-    await import_off_loop("kubernetes_asyncio.config")
-    from kubernetes_asyncio import config
-    from kubernetes_asyncio.client import Configuration
-
-    client_cfg = Configuration()
-    loader = config.kube_config.KubeConfigLoader(
-        config_dict=dict(kubeconfig), active_context=context, config_base_path=base_dir
-    )
-    try:
-        await loader.load_and_set(client_cfg)
-    except Exception as err:
-        raise CredentialPluginError(
-            f"the kubeconfig user's exec or auth-provider plugin failed: {err}"
-        ) from err
-
-    async def headers() -> dict[str, str]:
-        token = (await client_cfg.auth_settings()).get("BearerToken") or {}
-        return {token["key"]: token["value"]} if token.get("value") else {}
-
-    return ClusterConfig(
-        host=str(client_cfg.host),
-        ca_file=client_cfg.ssl_ca_cert,
-        cert_file=client_cfg.cert_file,
-        key_file=client_cfg.key_file,
-        verify_ssl=bool(client_cfg.verify_ssl) and not disable_verify_ssl,
-        tls_server_name=client_cfg.tls_server_name,
-        proxy=client_cfg.proxy,
-        plugin_headers=headers,
-    )
-
-
 _shared: dict[tuple[Any, ...], ClusterConfig] = {}
-_building: dict[tuple[int, tuple[Any, ...]], asyncio.Task[ClusterConfig]] = {}
-
-
-def _built(task: asyncio.Task[ClusterConfig], key: tuple[int, tuple[Any, ...]]) -> None:
-    """Forget a finished build; its failure counts as seen even when every caller was cancelled meanwhile
-    (each caller still gets it through its own await)."""
-    _building.pop(key, None)
-    if not task.cancelled():
-        task.exception()
 
 
 async def shared_configuration(settings: KubeSettings) -> ClusterConfig:
@@ -328,13 +240,8 @@ async def shared_configuration(settings: KubeSettings) -> ClusterConfig:
         settings.cluster_context,
         settings.disable_verify_ssl,
     )
-    if (found := _shared.get(key)) is not None:
-        return found
-    loop = asyncio.get_running_loop()
-    task = _building.get((id(loop), key))
-    if task is None:
-        task = _building[(id(loop), key)] = loop.create_task(build_configuration(settings))
-        task.add_done_callback(lambda done: _built(done, (id(loop), key)))
-    cfg = await asyncio.shield(task)  # a caller cancelled does not cancel the others' build
-    _shared[key] = cfg
-    return cfg
+    if (found := _shared.get(key)) is None:
+        found = _shared[key] = await shared_flight(
+            ("configuration", key), lambda: build_configuration(settings)
+        )
+    return found

@@ -1,46 +1,39 @@
-"""Cluster credentials from a kubeconfig or a pod's service account, without importing a Kubernetes client.
+"""Cluster credentials from a kubeconfig or a pod's service account, read as kubectl (client-go) reads them,
+without a Kubernetes client (importing one costs a cold process seconds).
 
-Importing ``kubernetes_asyncio`` (or ``kubernetes``) imports its whole generated API: 2.3 to 2.7 s of a cold
-process's time and some 200,000 objects. The provider needs none of it: its transport speaks HTTP itself.
-So the static credentials that nearly every deployment uses are read here: the server, its CA (file or
-data), ``insecure-skip-tls-verify``, ``tls-server-name``, ``proxy-url``, a bearer ``token`` or ``tokenFile``,
-a client certificate and key (files or data), basic auth, and in-cluster service accounts. A user entry
-with ``exec`` or ``auth-provider`` (EKS, GKE, OIDC plugins) is handed to ``kubernetes_asyncio.config``, whose
-plugins refresh short-lived tokens; only those users pay for its import (in a worker thread, see
-:mod:`~airflow_provider_training.offloop`).
-
-The semantics are the clients' own: the context given or else ``current-context``; relative paths resolved
-against the kubeconfig file's folder; ``*-data`` fields base64-decoded; ``KUBECONFIG`` may list several
-files, the first to define a name winning; service-account tokens re-read every minute (they rotate).
-What kubectl refuses is refused, naming file, entry and field: a boolean field that is not a boolean (a
-quoted ``"false"``), ``insecure-skip-tls-verify`` with a CA, a field as both file and ``-data``, a client
-certificate without its key.
+``KUBECONFIG`` lists files merged first-wins (a name, ``current-context``); each entry's relative paths
+resolve against the folder of the file that defined it; ``*-data`` fields are padded standard base64, line
+breaks allowed; booleans are YAML booleans. What kubectl refuses in the chosen context's cluster and user is
+refused, naming the file, the entry and the field. Users authenticate with a ``token``, a ``tokenFile``
+(re-read every minute: it rotates), basic auth, a client certificate, an ``exec`` plugin or the ``oidc``
+auth-provider (:mod:`.credentials`), in kubectl's precedence.
 """
 
 from __future__ import annotations
 
-import atexit
 import base64
 import binascii
 import hashlib
 import os
-import shutil
 import ssl
 import tempfile
-import threading
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
+from airflow_provider_training.hooks.credentials import Credential, CredentialSource, ExecPlugin, OidcProvider
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS = 60.0  # as client-go: projected service-account tokens rotate
-_SOURCE = "source"  # the key under which a merged entry keeps the name of the file it came from
+EXEC_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+EXEC_EXTENSION = "client.authentication.k8s.io/exec"  # a cluster's extension handed to its exec plugin
+_ORIGIN = "\0origin"  # a merged entry's (file label, folder), for errors and relative paths
 _CLUSTER_FLAGS = ("insecure-skip-tls-verify", "disable-compression")  # booleans to kubectl
 
 
@@ -48,22 +41,19 @@ class KubeconfigError(ValueError):
     """The kubeconfig (or the in-cluster environment) does not name a usable cluster and user."""
 
 
-@dataclass
-class TokenFile:
-    """A bearer token kept in a file that may be rotated; read again at most once a minute, or on demand."""
+class TokenFile(CredentialSource):
+    """A bearer token in a rotated file (``tokenFile``, a service account's): read again every minute."""
 
-    path: str
-    _token: str = field(default="", repr=False)
-    _read_at: float = -float("inf")
+    def __init__(self, path: str) -> None:
+        super().__init__(f"the token file {path}")
+        self.path = path
 
-    def token(self, *, fresh: bool = False) -> str:
-        if fresh or time.monotonic() - self._read_at > TOKEN_REREAD_SECONDS:
-            try:
-                self._token = Path(self.path).read_text().strip()
-            except OSError as err:
-                raise KubeconfigError(f"cannot read the token file {self.path}: {err.strerror}") from None
-            self._read_at = time.monotonic()
-        return self._token
+    async def _fetch(self) -> Credential:
+        try:
+            token = Path(self.path).read_text().strip()
+        except OSError as err:
+            raise KubeconfigError(f"cannot read the token file {self.path}: {err.strerror}") from None
+        return Credential(token, expires=datetime.now(UTC) + timedelta(seconds=TOKEN_REREAD_SECONDS))
 
 
 class ServerClock:
@@ -91,32 +81,32 @@ class ServerClock:
         return datetime.now(UTC) + timedelta(seconds=self.offset)
 
 
-@dataclass
+@dataclass(repr=False)  # no credentials in logs
 class ClusterConfig:
-    """Where the API server is and how to authenticate and verify it: what the transport needs, no more."""
+    """Where the API server is and how to authenticate and verify it: what the transport needs, no more.
+
+    ``await auth_headers()`` first: an exec plugin whose credential expired runs again there, and a client
+    certificate it returns changes ``tls_key()`` and what ``ssl_context()`` loads."""
 
     host: str
-    token: str | None = field(default=None, repr=False)
-    token_file: TokenFile | None = None
-    basic_auth: str | None = field(default=None, repr=False)  # "user:password"
+    token: str | None = None
+    basic_auth: str | None = None  # "user:password"
     ca_file: str | None = None
-    ca_data: str | None = field(default=None, repr=False)  # PEM text
+    ca_data: str | None = None  # PEM text, as the *_data below
     cert_file: str | None = None
     key_file: str | None = None
+    cert_data: str | None = None
+    key_data: str | None = None
     verify_ssl: bool = True
     tls_server_name: str | None = None
-    proxy: str | None = None
-    # exec / auth-provider users: the headers come from kubernetes_asyncio's refreshing configuration.
-    plugin_headers: Callable[[], Awaitable[dict[str, str]]] | None = field(default=None, repr=False)
-    # Shared by every transport of this configuration (one object per connection).
-    clock: ServerClock = field(default_factory=ServerClock, repr=False, compare=False)
+    proxy: str | None = None  # http://, https:// or socks5://
+    plugin: CredentialSource | None = None  # a token file, an exec plugin or the oidc auth-provider
+    clock: ServerClock = field(default_factory=ServerClock, compare=False)  # of every transport on this
 
     async def auth_headers(self) -> dict[str, str]:
         """The ``Authorization`` header for the next request (empty without credentials)."""
-        if self.plugin_headers is not None:
-            return await self.plugin_headers()
-        if self.token_file is not None:
-            return {"Authorization": f"Bearer {self.token_file.token()}"}
+        if self.plugin is not None and (token := (await self.plugin.credential()).token):
+            return {"Authorization": f"Bearer {token}"}
         if self.token:
             return {"Authorization": f"Bearer {self.token}"}
         if self.basic_auth:
@@ -124,25 +114,47 @@ class ClusterConfig:
         return {}
 
     def take_credentials(self, fresh: ClusterConfig) -> None:
-        """After a 401: adopt the credentials of a configuration loaded again (a token file is re-read)."""
-        self.token, self.basic_auth, self.plugin_headers = fresh.token, fresh.basic_auth, fresh.plugin_headers
-        self.token_file = fresh.token_file
-        if self.token_file is not None:
-            self.token_file.token(fresh=True)
+        """After a 401: adopt the credentials of a configuration loaded again (a token file to read again,
+        an exec plugin that has run again)."""
+        self.token, self.basic_auth, self.plugin = fresh.token, fresh.basic_auth, fresh.plugin
+
+    def _client_pem(self) -> tuple[str | None, str | None]:
+        """The client certificate and key as PEM text: an exec plugin's, else the kubeconfig's data."""
+        given = self.plugin.current if self.plugin is not None else None
+        return (
+            (given.cert, given.key) if given is not None and given.cert else (self.cert_data, self.key_data)
+        )
 
     def tls_key(self) -> tuple[Any, ...]:
-        """What the TLS context depends on (files with their versions), for sharing one per process."""
-        files = (self.ca_file, self.cert_file, self.key_file)
-        return ("ssl", *files, *map(file_version, files), self.ca_data, self.verify_ssl)
+        """What the TLS context depends on (files with their versions, the client certificate's digest),
+        for sharing one per process: it changes when any of them does."""
+        files, pem = (self.ca_file, self.cert_file, self.key_file), "".join(filter(None, self._client_pem()))
+        digest = hashlib.sha256(pem.encode()).hexdigest() if pem else None
+        return (
+            *files,
+            *map(file_version, files),
+            self.ca_data,
+            digest,
+            self.verify_ssl,
+            self.tls_server_name,
+        )
 
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS context: the cluster's CA (else the system's), the client certificate, verification."""
         context = ssl.create_default_context(cafile=self.ca_file, cadata=self.ca_data)
-        if self.cert_file:
-            context.load_cert_chain(self.cert_file, keyfile=self.key_file)
+        cert, key = self._client_pem()
+        cert = cert or (Path(self.cert_file).read_text() if self.cert_file else None)
+        key = key or (Path(self.key_file).read_text() if self.key_file else None)
+        if cert and key:  # ssl loads certificates from files only: a private one, removed once loaded
+            handle, path = tempfile.mkstemp(prefix="training-client-")  # mode 0600
+            try:
+                with os.fdopen(handle, "w") as out:
+                    out.write(f"{cert.strip()}\n{key.strip()}\n")
+                context.load_cert_chain(path)
+            finally:
+                os.unlink(path)
         if not self.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         return context
 
 
@@ -162,11 +174,8 @@ def in_cluster_config() -> ClusterConfig:
     token_path, ca_path = SERVICE_ACCOUNT / "token", SERVICE_ACCOUNT / "ca.crt"
     if not token_path.is_file() or not ca_path.is_file():
         raise KubeconfigError(f"the service account files are missing under {SERVICE_ACCOUNT}")
-    if ":" in host:  # an IPv6 address
-        host = f"[{host}]"
-    token = TokenFile(str(token_path))
-    token.token()
-    return ClusterConfig(host=f"https://{host}:{port}", token_file=token, ca_file=str(ca_path))
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    return ClusterConfig(f"https://{host}:{port}", ca_file=str(ca_path), plugin=TokenFile(str(token_path)))
 
 
 def in_a_pod() -> bool:
@@ -182,227 +191,216 @@ def in_cluster_namespace() -> str | None:
         return None
 
 
-def read_kubeconfig_files(paths: str) -> tuple[dict[str, Any], str]:
-    """The kubeconfig of ``paths`` (``os.pathsep``-separated, as ``KUBECONFIG``), merged, and the folder
-    its relative paths are resolved against (the first file's)."""
-    files = [p for p in paths.split(os.pathsep) if p]
-    if not files:
-        raise KubeconfigError("no kubeconfig file is named")
-    merged: dict[str, Any] = {}
+def read_kubeconfig_files(paths: str) -> dict[str, Any]:
+    """The kubeconfig of ``paths`` (``os.pathsep``-separated, as ``KUBECONFIG``), merged; as kubectl, a
+    missing file in a list is skipped."""
+    files = list(dict.fromkeys(p for p in paths.split(os.pathsep) if p))
+    merged: dict[str, Any] = {_ORIGIN: f"the kubeconfig {paths}"}
     for path in files:
+        file = Path(path).expanduser()
         try:
-            text = Path(path).expanduser().read_text()
+            text = file.read_text()
         except OSError as err:
-            if len(files) > 1 and not Path(path).expanduser().exists():
-                continue  # as kubectl: a missing file in a list is skipped
+            if len(files) > 1 and not file.exists():
+                continue
             raise KubeconfigError(f"cannot read the kubeconfig {path}: {err.strerror}") from None
-        try:
+        try:  # the parser's own message may quote a line holding a token: name the file only
             loaded = yaml.safe_load(text) or {}
         except yaml.YAMLError:
-            # The parser's own message may quote a line holding a token: name the file only.
             raise KubeconfigError(f"the kubeconfig {path} is not valid YAML") from None
         if not isinstance(loaded, Mapping):
             raise KubeconfigError(f"the kubeconfig {path} is not a mapping")
-        _merge(merged, loaded, f"the kubeconfig {path}")
-    return merged, str(Path(files[0]).expanduser().resolve().parent)
-
-
-def read_kubeconfig_dict(kubeconfig: Mapping[str, Any]) -> dict[str, Any]:
-    """A kubeconfig given as a mapping (the connection's ``kube_config``), checked as a file is."""
-    merged: dict[str, Any] = {}
-    _merge(merged, kubeconfig, "the connection's kube_config")
+        _merge(merged, loaded, f"the kubeconfig {path}", os.path.dirname(os.path.abspath(file)))
     return merged
 
 
-def _merge(into: dict[str, Any], more: Mapping[str, Any], source: str) -> None:
-    """Merge as kubectl does: the first file to set ``current-context`` or define a name wins. Each entry
-    keeps the name of the file it came from (``source``), for errors; ``source``'s values are type-checked
-    first, as kubectl refuses a whole file for one wrong type."""
-    _check_types(more, source)
+def read_kubeconfig_dict(kubeconfig: Mapping[str, Any], base_dir: str) -> dict[str, Any]:
+    """A kubeconfig mapping (the connection's ``kube_config``), its relative paths in ``base_dir``."""
+    merged: dict[str, Any] = {_ORIGIN: "the connection's kube_config"}
+    _merge(merged, kubeconfig, "the connection's kube_config", base_dir)
+    return merged
+
+
+def _merge(into: dict[str, Any], more: Mapping[str, Any], source: str, folder: str) -> None:
+    """Merge as kubectl does: the first file to set ``current-context`` or define a name wins, whole. Each
+    entry keeps where it came from. A wrong type anywhere in ``more`` refuses it (as kubectl the file)."""
     if "current-context" not in into and more.get("current-context"):
         into["current-context"] = more["current-context"]
     for section in ("clusters", "users", "contexts"):
-        known = {entry.get("name") for entry in into.setdefault(section, [])}
-        for entry in more.get(section) or []:
-            if isinstance(entry, Mapping) and entry.get("name") not in known:
-                into[section].append(_with_booleans({**entry, _SOURCE: source}))
-                known.add(entry.get("name"))
-
-
-def _with_booleans(entry: dict[str, Any]) -> dict[str, Any]:
-    """The entry with its cluster's flags as booleans: ``y``/``n`` are strings to PyYAML, and the client's
-    plugin loader takes any string for true."""
-    cluster = entry.get("cluster")
-    if isinstance(cluster, Mapping):
-        flags = {key: _flag(cluster, key, "") for key in _CLUSTER_FLAGS if key in cluster}
-        entry["cluster"] = {**cluster, **flags}
-    return entry
-
-
-def _check_types(kubeconfig: Mapping[str, Any], source: str) -> None:
-    """Refuse boolean fields that hold anything but a boolean: kubectl does, and a quoted ``"false"`` is a
-    string, true in Python (verification would be turned off)."""
-    for _, where, cluster in _entries(kubeconfig, "clusters", source):
-        for key in _CLUSTER_FLAGS:
-            _flag(cluster, key, where)
-    for _, where, user in _entries(kubeconfig, "users", source):
-        plugin = user.get("exec")
-        if isinstance(plugin, Mapping):
-            _flag(plugin, "provideClusterInfo", where, "exec.provideClusterInfo")
-
-
-def _flag(entry: Mapping[str, Any], key: str, where: str, label: str | None = None) -> bool:
-    """A kubeconfig boolean: a YAML boolean, or nothing (false). YAML 1.1's ``y`` and ``n``, booleans to
-    kubectl, reach us as strings (PyYAML reads them so) and count as the booleans they are."""
-    value = entry.get(key)
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if value in ("y", "Y", "n", "N"):
-        return value in ("y", "Y")
-    kind = "string" if isinstance(value, str) else type(value).__name__
-    raise KubeconfigError(
-        f"{where}: {label or key} must be a boolean (true or false, unquoted), not the {kind} {value!r}"
-    )
-
-
-def uses_plugin(kubeconfig: Mapping[str, Any], context: str | None) -> bool:
-    """Whether the chosen user authenticates through an ``exec`` or ``auth-provider`` plugin."""
-    user = _entry(kubeconfig, "users", _context(kubeconfig, context).get("user"), required=False)
-    return bool(user.get("exec") or user.get("auth-provider"))
-
-
-def check_usable(kubeconfig: Mapping[str, Any], context: str | None) -> None:
-    """Refuse what kubectl refuses in the cluster and user of ``context``: a CA as both file and data,
-    ``insecure-skip-tls-verify`` with a CA, a client certificate without its key (or as file and data)."""
-    chosen = _context(kubeconfig, context)
-    found = _found(kubeconfig, "clusters", chosen.get("cluster"))
-    if found is not None:
-        where, cluster = found
-        insecure = _flag(cluster, "insecure-skip-tls-verify", where)
-        _one_of(cluster, "certificate-authority", where)
-        ca = [key for key in ("certificate-authority", "certificate-authority-data") if cluster.get(key)]
-        if ca and insecure:
-            raise KubeconfigError(
-                f"{where}: insecure-skip-tls-verify is true and {ca[0]} is set: specifying a root "
-                "certificates file with the insecure flag is not allowed (kubectl refuses it too); keep one"
-            )
-    found = _found(kubeconfig, "users", chosen.get("user"))
-    if found is not None:
-        where, user = found
-        if user.get("client-certificate") or user.get("client-certificate-data"):
-            _one_of(user, "client-certificate", where)
-            _one_of(user, "client-key", where)
-            if not (user.get("client-key") or user.get("client-key-data")):
-                given = "client-certificate" if user.get("client-certificate") else "client-certificate-data"
-                raise KubeconfigError(
-                    f"{where}: {given} is set without client-key or client-key-data: "
-                    "a client certificate needs its key"
+        known, names = {entry[0] for entry in _entries(into, section)}, []
+        for name, where, inner, _ in _entries({section: more.get(section)}, section, (source, folder)):
+            if name in names:
+                raise KubeconfigError(f"{source}: {section}: duplicate name {name!r}")
+            names.append(name)
+            for key in _CLUSTER_FLAGS if section == "clusters" else ():
+                _flag(inner, key, where)
+            if isinstance(inner.get("exec"), Mapping):
+                _flag(inner["exec"], "provideClusterInfo", where, "exec.")
+            if name not in known:
+                into.setdefault(section, []).append(
+                    {"name": name, section[:-1]: inner, _ORIGIN: (source, folder)}
                 )
 
 
-def _one_of(entry: Mapping[str, Any], key: str, where: str) -> None:
-    if entry.get(key) and entry.get(f"{key}-data"):
-        raise KubeconfigError(f"{where}: {key} and {key}-data are both set: set only one of them")
-
-
-def static_config(kubeconfig: Mapping[str, Any], context: str | None, base_dir: str) -> ClusterConfig:
-    """The cluster and static credentials of ``context`` (else the current context)."""
-    check_usable(kubeconfig, context)
-    chosen = _context(kubeconfig, context)
-    cluster = _entry(kubeconfig, "clusters", chosen.get("cluster"), required=True)
-    user = _entry(kubeconfig, "users", chosen.get("user"), required=False)
-    server = str(cluster.get("server") or "").rstrip("/")
-    if not server:
-        raise KubeconfigError(f"cluster {chosen.get('cluster')!r} has no server")
-    files = _DataFiles(base_dir)
-    username, password = user.get("username"), user.get("password")
-    return ClusterConfig(
-        host=server,
-        token=str(user["token"]) if user.get("token") else None,
-        token_file=TokenFile(str(files.path(user["tokenFile"]))) if user.get("tokenFile") else None,
-        basic_auth=f"{username}:{password}" if username and password else None,
-        ca_file=files.path(cluster.get("certificate-authority")),
-        ca_data=_decoded(cluster, "certificate-authority-data"),
-        cert_file=files.path(user.get("client-certificate")) or files.data(user, "client-certificate-data"),
-        key_file=files.path(user.get("client-key")) or files.data(user, "client-key-data"),
-        verify_ssl=not _flag(cluster, "insecure-skip-tls-verify", "the kubeconfig"),  # check_usable: a bool
-        tls_server_name=cluster.get("tls-server-name") or None,
-        proxy=cluster.get("proxy-url") or None,
+def _flag(entry: Mapping[str, Any], key: str, where: str, prefix: str = "") -> bool:
+    """A kubeconfig boolean: a YAML boolean, or nothing (false). A quoted ``"false"``, true in Python, is
+    refused as kubectl refuses it; YAML 1.1's ``y``/``n`` (strings to PyYAML) are the booleans they are."""
+    value = entry.get(key)
+    if value is None or isinstance(value, bool) or value in ("y", "Y", "n", "N"):
+        return value in (True, "y", "Y")
+    kind = "string" if isinstance(value, str) else type(value).__name__
+    raise KubeconfigError(
+        f"{where}: {prefix}{key} must be a boolean (true or false, unquoted), not the {kind} {value!r}"
     )
 
 
-def _context(kubeconfig: Mapping[str, Any], name: str | None) -> Mapping[str, Any]:
-    name = name or kubeconfig.get("current-context")
-    if not name:
-        raise KubeconfigError("the kubeconfig has no current-context and none was given (cluster_context)")
-    entry = _entry(kubeconfig, "contexts", name, required=True)
-    return entry
+def static_config(kubeconfig: Mapping[str, Any], context: str | None, base_dir: str) -> ClusterConfig:
+    """The configuration of ``context`` in a kubeconfig mapping, relative paths resolving in ``base_dir``."""
+    return cluster_config(read_kubeconfig_dict(kubeconfig, base_dir), context)
 
 
-def _entry(kubeconfig: Mapping[str, Any], section: str, name: Any, *, required: bool) -> Mapping[str, Any]:
-    """The ``context``/``cluster``/``user`` mapping of the named entry of ``section``."""
-    found = _found(kubeconfig, section, name)
-    if found is not None:
-        return found[1]
-    if required:
-        names = [found[0] for found in _entries(kubeconfig, section)]
-        raise KubeconfigError(f"the kubeconfig has no {section[:-1]} named {name!r} (it has {names})")
-    return {}
+def cluster_config(kubeconfig: Mapping[str, Any], context: str | None) -> ClusterConfig:
+    """The cluster and credentials of ``context`` (else the current context) in a merged kubeconfig, after
+    kubectl's checks of that cluster and user."""
+    if not (context := context or kubeconfig.get("current-context")):
+        origin = kubeconfig.get(_ORIGIN)
+        raise KubeconfigError(
+            f"{origin}: current-context is not set and no context was given (cluster_context)"
+        )
+    _, chosen, _ = _entry(kubeconfig, "contexts", context, required=True)
+    where, cluster, folder = _entry(kubeconfig, "clusters", chosen.get("cluster"), required=True)
+    if not (server := str(cluster.get("server") or "").rstrip("/")):
+        raise KubeconfigError(f"{where}: server is not set")
+    insecure = _flag(cluster, "insecure-skip-tls-verify", where)
+    ca_file, ca_data = _source(cluster, "certificate-authority", where, folder)
+    if insecure and (ca_file or ca_data):
+        ca = "certificate-authority" + ("" if ca_file else "-data")
+        raise KubeconfigError(
+            f"{where}: insecure-skip-tls-verify is true and {ca} is set: specifying a root certificates file "
+            "with the insecure flag is not allowed (kubectl refuses it too); keep one"
+        )
+    proxy = cluster.get("proxy-url") or None
+    if proxy is not None and urlsplit(str(proxy)).scheme.lower() not in ("http", "https", "socks5"):
+        raise KubeconfigError(f"{where}: proxy-url must be an http://, https:// or socks5:// URL")
+    cfg = ClusterConfig(server, ca_file=ca_file, ca_data=ca_data, verify_ssl=not insecure, proxy=proxy)
+    cfg.tls_server_name = cluster.get("tls-server-name") or None
+    where, user, folder = _entry(kubeconfig, "users", chosen.get("user"), required=False)
+    cfg.cert_file, cfg.cert_data = _source(user, "client-certificate", where, folder)
+    cfg.key_file, cfg.key_data = _source(user, "client-key", where, folder)
+    for has, lacks in (("client-certificate", "client-key"), ("client-key", "client-certificate")):
+        if (user.get(has) or user.get(f"{has}-data")) and not (user.get(lacks) or user.get(f"{lacks}-data")):
+            given = has if user.get(has) else f"{has}-data"
+            raise KubeconfigError(f"{where}: {given} is set without {lacks} or {lacks}-data")
+    # kubectl's precedence: a token file over a token; any static credential and the exec plugin never runs;
+    # a token (or basic auth) and the auth-provider is not used.
+    cfg.token = str(user["token"]) if user.get("token") else None
+    if token_file := _source(user, "tokenFile", where, folder)[0]:
+        cfg.plugin = TokenFile(token_file)
+    if (username := user.get("username")) and (cfg.token or token_file):
+        raise KubeconfigError(f"{where}: token (or tokenFile) and username are both set: set one")
+    cfg.basic_auth = f"{username}:{user.get('password') or ''}" if username else None
+    if user.get("exec") and user.get("auth-provider"):
+        raise KubeconfigError(f"{where}: exec and auth-provider are both set: set only one of them")
+    if user.get("exec") and not (cfg.token or token_file or username or cfg.cert_file or cfg.cert_data):
+        cfg.plugin = _exec_plugin(user["exec"], where, folder, cfg, cluster)
+    if user.get("auth-provider") and not (cfg.token or token_file or username):
+        cfg.plugin = _oidc(user["auth-provider"], where)
+    return cfg
 
 
-def _found(kubeconfig: Mapping[str, Any], section: str, name: Any) -> tuple[str, Mapping[str, Any]] | None:
-    """Where the named entry of ``section`` is (its file and name, for errors) and its mapping."""
-    return next((found[1:] for found in _entries(kubeconfig, section) if found[0] == name), None)
+def _exec_plugin(spec: Any, where: str, folder: str, cfg: ClusterConfig, cluster: Mapping) -> ExecPlugin:
+    """``user.exec``, checked as kubectl checks it; a ``command`` with a path separator is the kubeconfig
+    folder's (a bare name is looked up on ``PATH``)."""
+    if not isinstance(spec, Mapping) or not spec.get("command"):
+        raise KubeconfigError(f"{where}: exec.command is not set")
+    if (version := spec.get("apiVersion")) not in EXEC_VERSIONS:
+        raise KubeconfigError(f"{where}: exec.apiVersion {version!r} is not one of {EXEC_VERSIONS}")
+    mode = spec.get("interactiveMode") or ("" if version.endswith("/v1") else "IfAvailable")
+    if mode not in ("Never", "IfAvailable"):  # Always needs a terminal, which the provider has not
+        raise KubeconfigError(f"{where}: exec.interactiveMode {mode!r} is not Never or IfAvailable")
+    env = spec.get("env") or []
+    if not all(isinstance(item, Mapping) and item.get("name") for item in env):
+        raise KubeconfigError(f"{where}: exec.env: every entry needs a name")
+    command = str(spec["command"])
+    info = None
+    if _flag(spec, "provideClusterInfo", where, "exec."):
+        ca = cfg.ca_data or (Path(cfg.ca_file).read_text() if cfg.ca_file else "")
+        extensions = [e for e in cluster.get("extensions") or [] if isinstance(e, Mapping)]
+        info = {
+            "server": cfg.host,
+            "tls-server-name": cfg.tls_server_name,
+            "insecure-skip-tls-verify": not cfg.verify_ssl,
+            "certificate-authority-data": base64.b64encode(ca.encode()).decode() if ca else None,
+            "proxy-url": cfg.proxy,
+            "disable-compression": _flag(cluster, "disable-compression", where),
+            "config": next((e.get("extension") for e in extensions if e.get("name") == EXEC_EXTENSION), None),
+        }
+        info = {key: value for key, value in info.items() if value or key == "server"}
+    return ExecPlugin(
+        where,
+        {
+            "apiVersion": version,
+            "command": os.path.normpath(os.path.join(folder, command))
+            if os.sep in command or "/" in command
+            else command,
+            "args": [str(arg) for arg in spec.get("args") or []],
+            "env": {str(item["name"]): str(item.get("value") or "") for item in env},
+            "installHint": str(spec.get("installHint") or "").strip(),
+        },
+        info,
+    )
 
 
-def _entries(
-    kubeconfig: Mapping[str, Any], section: str, source: str = "the kubeconfig"
-) -> list[tuple[Any, str, Mapping[str, Any]]]:
-    """The name, place (the file it came from, else ``source``, and the name) and ``context``/``cluster``/
-    ``user`` mapping of each of ``section``'s entries."""
+def _oidc(provider: Any, where: str) -> OidcProvider:
+    """``user.auth-provider``: only ``oidc`` (kubectl's ``gcp`` and ``azure`` are stubs that fail)."""
+    name = provider.get("name") if isinstance(provider, Mapping) else None
+    if name != "oidc":
+        raise KubeconfigError(f"{where}: auth-provider.name {name!r}: only oidc is supported (as kubectl)")
+    config = {str(key): str(value) for key, value in (provider.get("config") or {}).items()}
+    for key in ("idp-issuer-url", "client-id"):
+        if not config.get(key):
+            raise KubeconfigError(f"{where}: auth-provider.config.{key} is not set")
+    ca = _source(config, "idp-certificate-authority", f"{where}: auth-provider.config", "")  # as given
+    return OidcProvider(where, config, ca[1])
+
+
+def _entry(kubeconfig: Mapping, section: str, name: Any, *, required: bool) -> tuple[str, Mapping, str]:
+    """Where the named entry of ``section`` is (its file and name), its mapping and its file's folder."""
+    found = [entry[1:] for entry in _entries(kubeconfig, section) if entry[0] == name]
+    if found or not required:
+        return found[0] if found else ("", {}, "")
+    names = [entry[0] for entry in _entries(kubeconfig, section)]
+    raise KubeconfigError(f"{kubeconfig.get(_ORIGIN)} has no {section[:-1]} named {name!r} (it has {names})")
+
+
+def _entries(kubeconfig: Mapping, section: str, origin: Any = None) -> list[tuple[Any, str, Mapping, str]]:
+    """The name, place (file and name), ``context``/``cluster``/``user`` mapping and folder of each entry."""
     found = []
     for entry in kubeconfig.get(section) or []:
         if isinstance(entry, Mapping):
+            source, folder = entry.get(_ORIGIN, origin)
             inner = entry.get(section[:-1])
-            where = f"{entry.get(_SOURCE, source)}: {section[:-1]} {entry.get('name')!r}"
-            found.append((entry.get("name"), where, inner if isinstance(inner, Mapping) else {}))
+            where = f"{source}: {section[:-1]} {entry.get('name')!r}"
+            found.append((entry.get("name"), where, inner if isinstance(inner, Mapping) else {}, folder))
     return found
 
 
-def _decoded(entry: Mapping[str, Any], key: str) -> str | None:
-    value = entry.get(key)
-    if not value:
-        return None
+def _source(entry: Mapping[str, Any], key: str, where: str, folder: str) -> tuple[str | None, str | None]:
+    """``entry[key]``, a readable file relative to ``folder``, or ``entry[key-data]``: padded standard base64
+    whose line breaks are ignored (Go's decoder), decoded; not both."""
+    path, data = entry.get(key), entry.get(f"{key}-data")
+    if path and data:
+        raise KubeconfigError(f"{where}: {key} and {key}-data are both set: set only one of them")
+    if path:
+        path = os.path.normpath(os.path.join(folder, str(path)))  # as Go's filepath.Join
+        try:
+            with open(path, "rb"):
+                return path, None
+        except OSError as err:
+            raise KubeconfigError(f"{where}: cannot read {key} {path}: {err.strerror}") from None
     try:
-        return base64.b64decode(str(value), validate=True).decode()
+        return None, base64.b64decode(
+            str(data).replace("\r", "").replace("\n", ""), validate=True
+        ).decode() if data else None
     except (binascii.Error, UnicodeDecodeError):
-        raise KubeconfigError(f"{key} is not base64-encoded PEM") from None
-
-
-class _DataFiles:
-    """Paths of a kubeconfig's file references, and private files for its inline client key and certificate
-    (``ssl`` loads those from files only), written once per content in a folder removed at exit."""
-
-    _lock = threading.Lock()
-    _folder: str | None = None
-
-    def __init__(self, base_dir: str) -> None:
-        self.base_dir = base_dir
-
-    def path(self, value: Any) -> str | None:
-        return os.path.join(self.base_dir, os.path.expanduser(str(value))) if value else None
-
-    def data(self, entry: Mapping[str, Any], key: str) -> str | None:
-        content = _decoded(entry, key)
-        if content is None:
-            return None
-        with _DataFiles._lock:
-            if _DataFiles._folder is None:
-                _DataFiles._folder = tempfile.mkdtemp(prefix="training-kubeconfig-")  # mode 0700
-                atexit.register(shutil.rmtree, _DataFiles._folder, True)
-            path = os.path.join(_DataFiles._folder, hashlib.sha256(content.encode()).hexdigest()[:32])
-            if not os.path.exists(path):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(content)
-        return path
+        raise KubeconfigError(f"{where}: {key}-data is not base64 (standard alphabet, padded)") from None

@@ -11,6 +11,7 @@ from localkube.cluster import LocalKube
 
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from tests.hooks.kube_env import FAST_RETRY, local_cluster, use_connection
+from tests.hooks.tls_server import server  # noqa: F401 (the kubeconfig tests' HTTPS server, a fixture)
 
 
 @pytest_asyncio.fixture

@@ -1,31 +1,18 @@
-"""The provider's own kubeconfig reading, over real HTTPS: CA and client certificates as data or files, token
-files, insecure-skip-tls-verify, in-cluster service accounts, and exec plugins handed to kubernetes_asyncio.
-
-The server is a small aiohttp app with a certificate signed by a CA made here; it answers the one GET the
-tests make and records the credentials each request brought (the TLS client certificate's subject and the
-Authorization header)."""
+"""The provider's own kubeconfig reading, over real HTTPS (``server``, see ``tls_server``): CA and client
+certificates as data or files, token files, insecure-skip-tls-verify, in-cluster service accounts, exec
+plugins, and what kubectl refuses. ``test_kubeconfig_conformance`` walks kubectl's cases one by one."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import datetime
 import json
-import ssl
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import yaml
-from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from airflow_provider_training.hooks import kubeconfig as kubeconfig_module
 from airflow_provider_training.hooks.connection import ConnectionConfigError
@@ -34,119 +21,9 @@ from airflow_provider_training.hooks.training import AsyncTrainingJobHook, Train
 from airflow_provider_training.hooks.transport import LineStream
 from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.kube_env import FAST_RETRY
+from tests.hooks.tls_server import TlsServer, b64, make_pki
 
 JOB = get_kind("PyTorchJob").resource
-LOG_CHUNKS = [b"tls one\ntls ", b"two\n"]
-
-
-@dataclass
-class Pki:
-    folder: Path
-    ca_pem: bytes
-    ca_key: ec.EllipticCurvePrivateKey
-
-    def issue(self, name: str, *, server: bool) -> tuple[Path, Path]:
-        """A certificate for ``name`` signed by the CA: (certificate file, key file)."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        ca = x509.load_pem_x509_certificate(self.ca_pem)
-        now = datetime.datetime.now(datetime.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(ca.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-        )
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.DNSName("kube.test"), x509.DNSName("localhost")]),
-                critical=False,
-            )
-        cert = builder.sign(self.ca_key, hashes.SHA256())
-        cert_file, key_file = self.folder / f"{name}.crt", self.folder / f"{name}.key"
-        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_file.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        return cert_file, key_file
-
-
-def make_pki(folder: Path) -> Pki:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return Pki(folder, cert.public_bytes(serialization.Encoding.PEM), key)
-
-
-@dataclass
-class TlsServer:
-    url: str
-    pki: Pki
-    seen: list[dict[str, Any]] = field(default_factory=list)
-    accepted_tokens: set[str] = field(default_factory=set)
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[TlsServer]:
-    """HTTPS on 127.0.0.1 with the name kube.test in its certificate; client certificates are optional."""
-    pki = make_pki(tmp_path)
-    cert_file, key_file = pki.issue("apiserver", server=True)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=pki.ca_pem.decode())
-    context.load_cert_chain(cert_file, key_file)
-    context.verify_mode = ssl.CERT_OPTIONAL
-    state = TlsServer("", pki)
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
-        subject = dict(item[0] for item in peer["subject"]) if peer else {}
-        authorization = request.headers.get("Authorization", "")
-        state.seen.append({"client": subject.get("commonName"), "authorization": authorization})
-        bearer = authorization.removeprefix("Bearer ")
-        if state.accepted_tokens and bearer not in state.accepted_tokens:
-            status = {"kind": "Status", "code": 401, "reason": "Unauthorized", "message": "Unauthorized"}
-            return web.json_response(status, status=401)
-        if request.path.endswith("/log"):  # a pod's log: two lines in two chunks, then its end
-            response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-            response.enable_chunked_encoding()
-            await response.prepare(request)
-            for piece in LOG_CHUNKS:
-                await response.write(piece)
-            await response.write_eof()
-            return response
-        # As kube-apiserver answers for a missing object of a served resource: the Status names it.
-        name = request.path.rsplit("/", 1)[-1]
-        status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not found"}
-        return web.json_response({**status, "details": {"name": name}}, status=404)
-
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state.url = f"https://localhost:{port}"
-    try:
-        yield state
-    finally:
-        await runner.cleanup()
 
 
 def kubeconfig(cluster: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
@@ -158,10 +35,6 @@ def kubeconfig(cluster: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
         "clusters": [{"name": "c", "cluster": cluster}],
         "users": [{"name": "u", "user": user}],
     }
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 async def get_absent(path: Path) -> None:
@@ -316,7 +189,7 @@ def test_without_a_namespace_file_in_cluster_jobs_go_to_default(service_account)
         assert hook.get_namespace() == "default"
 
 
-async def test_an_exec_plugin_user_goes_through_the_client_loader(server, tmp_path):
+async def test_an_exec_plugin_user_gets_the_plugins_token(server, tmp_path):
     credential = {
         "apiVersion": "client.authentication.k8s.io/v1beta1",
         "kind": "ExecCredential",
@@ -360,7 +233,7 @@ def test_kube_api_error_keeps_the_client_exception_attributes():
 
 
 def exec_user() -> dict[str, Any]:
-    """An exec plugin user (handed to kubernetes_asyncio's loader) whose plugin prints a token."""
+    """An exec plugin user whose plugin prints a token."""
     credential = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential"}
     credential["status"] = {"token": "from-exec"}  # type: ignore[assignment]
     command = {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable}
