@@ -12,9 +12,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_training.diagnostics import format_events
-from airflow_provider_training.kinds.base import JobState
 from airflow_provider_training.outcome import Outcome, ReplicaFailure, WaitEvent
-from airflow_provider_training.params import OnFinishAction
 
 
 class TrainingJobError(AirflowException):
@@ -63,24 +61,6 @@ def build_result(event: WaitEvent) -> dict[str, Any]:
 def result_line(result: Mapping[str, Any]) -> str:
     """The last line a successful task logs: ``PyTorchJob default/mnist is Succeeded``."""
     return f"{job_label(result)} is {result.get('state')}"
-
-
-def finish_deletion(event: WaitEvent, on_finish_action: OnFinishAction) -> str | None:
-    """Why the job is deleted once the wait ended (``None``: it is kept): a timed-out job always, a finished
-    one as ``on_finish_action`` says, a ``failed`` one too (also when the wait failed it, its job still
-    running: a replica past ``max_restarts``); after an ``error`` event (the wait broke, not the job) it is
-    kept."""
-    if event.job is None:
-        return None
-    if event.outcome is Outcome.TIMEOUT:
-        return "timeout"
-    state = event.state
-    deletes = on_finish_action == "delete" or (
-        on_finish_action == "delete_succeeded" and state is JobState.SUCCEEDED
-    )
-    if (state in (JobState.SUCCEEDED, JobState.FAILED) or event.outcome is Outcome.FAILED) and deletes:
-        return f"on_finish_action={on_finish_action!r}"
-    return None
 
 
 _ENDED = {Outcome.FAILED: "failed", Outcome.TIMEOUT: "timed out", Outcome.DELETED: "was deleted"}

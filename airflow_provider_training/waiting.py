@@ -16,11 +16,11 @@ import functools
 import heapq
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from airflow_provider_training import diagnostics as diag
+from airflow_provider_training.job_wait import WaitOptions
 from airflow_provider_training.kinds.base import (
     PODS,
     JobKind,
@@ -44,23 +44,6 @@ TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 STOP_GRACE = 10.0  # how long past the deadline the last replica log lines may still be read
-
-
-@dataclass(frozen=True, slots=True)
-class WaitOptions:
-    target: JobState = JobState.SUCCEEDED
-    deadline: datetime | None = None
-    startup_timeout: float | None = None
-    status_grace_period: float = 60.0
-    check_interval: float = 5.0  # the longest time between the time-based checks (deadline, startup)
-    get_logs: bool = True
-    log_replicas: str | list[str] = "master"
-    max_log_streams: int | None = None  # ReplicaLogStreamer's max_streams
-    uid: str | None = None
-    allow_missing: bool = False
-    log_resume: Mapping[str, Any] | None = None  # ReplicaLogStreamer.cursors() of a previous trigger
-    log_mark_until: int | None = None  # lines stamped up to this key may repeat (marked)
-    max_restarts: int | None = None  # restarts of one replica past which a failing one ends the wait
 
 
 class Log(Protocol):

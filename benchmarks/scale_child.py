@@ -176,7 +176,12 @@ class Runner:
         finally:
             await events.aclose()
         self.events += 1
-        send("event", name=trigger.job_name, t=time.monotonic(), status=str(event.payload.get("status")))
+        send(
+            "event",
+            name=trigger.job_wait.job.name,
+            t=time.monotonic(),
+            status=str(event.payload.get("status")),
+        )
 
     async def watch_lag(self) -> None:
         while True:

@@ -16,7 +16,7 @@ from airflow_provider_training.kinds.registry import all_kinds
 
 PACKAGE = Path(airflow_provider_training.__file__).parent
 FAMILY_MODULES = {p.stem for p in (PACKAGE / "kinds").glob("*.py")} - {"__init__", "base", "common"}
-FAMILY_MODULES -= {"registry", "selectors"}
+FAMILY_MODULES -= {"registry", "selectors", "errors"}
 # Where family names belong: the kinds and their spec models, the per-family modules, the packages'
 # re-exports of them, the decorators named after a kind, and the provider's registration of all of them.
 FAMILY_PLACES = {"kinds", "specs"}

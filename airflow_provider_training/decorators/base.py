@@ -20,7 +20,6 @@ from airflow_provider_training.decorators.shipping import (
     ReturnValueMissing,
     function_source,
     payload,
-    read_return_value,
 )
 from airflow_provider_training.operators.training import TrainingJobOperator
 
@@ -28,8 +27,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_training.hooks.training import TrainingJobHook
-    from airflow_provider_training.outcome import JobRef, WaitEvent
-    from airflow_provider_training.triggers.training import TrainingJobTrigger
+    from airflow_provider_training.outcome import WaitEvent
 
 
 class TrainingFunctionOperator(DecoratedOperator, TrainingJobOperator):
@@ -39,6 +37,7 @@ class TrainingFunctionOperator(DecoratedOperator, TrainingJobOperator):
 
     custom_operator_name: ClassVar[str]
     rank_env: ClassVar[tuple[str, ...]]
+    return_value_from_log: ClassVar[bool] = True  # a deferred success ends in the triggerer, which pushes it
 
     # The function's source and arguments are not Jinja templates of the job; its arguments are (op_args,
     # op_kwargs, as in @task), and so are the job's name and namespace. No template files: an argument
@@ -85,26 +84,11 @@ class TrainingFunctionOperator(DecoratedOperator, TrainingJobOperator):
         self.job = self.shipped_job()
         return super().execute(context)
 
-    def _trigger(self, ref: JobRef, context: Context) -> TrainingJobTrigger:
-        """A deferred success ends in the triggerer, which pushes the return value it read from the log."""
-        trigger = super()._trigger(ref, context)
-        trigger.return_value_from_log = True
-        return trigger
-
     def _complete(self, event: WaitEvent, hook: TrainingJobHook) -> Any:
-        """The deciding replica's return value, read before ``on_finish_action`` may delete the job; a failed
-        job raises as every training operator's does."""
-        ref = event.job or self._job_ref
-        value: Any = None
-        missing: ReturnValueMissing | None = None
-        if event.succeeded and ref is not None:
-            try:
-                value = hook.run(read_return_value(hook.async_hook, ref))
-            except ReturnValueMissing as err:
-                missing = err
-        super()._complete(event, hook)
-        if missing is not None:
-            raise missing
+        """The deciding replica's return value (``return_value_from_log``: read by
+        :func:`~airflow_provider_training.completion.complete` before ``on_finish_action`` may delete the
+        job); a failed job raises as every training operator's does."""
+        value = super()._complete(event, hook)
         self.log.info("%s() returned %s", self.python_callable.__name__, _preview(value))
         return value
 

@@ -6,14 +6,16 @@ keeps Kubernetes' ``$(VAR)`` expansion out of the source). Each replica runs :da
 ``python -c``: it defines the function afresh, calls it with the arguments under the framework's env (set by
 the training operator: ``RANK``, ``WORLD_SIZE``, ``PET_NODE_RANK``, ...), and the deciding replica (rank 0)
 prints the JSON of the return value as one line starting with :data:`RESULT_MARKER`, which the Airflow task
-reads from that pod's log (:func:`returned_value`).
+reads from that pod's log (:mod:`~airflow_provider_training.completion` reads it, and re-exported here:
+:data:`RESULT_MARKER`, :func:`returned_value`, :class:`ReturnValueMissing`).
 
 A function that cannot live on its own in a pod is refused where it is decorated (:func:`function_source`):
 a closure, one that reads module-level names of the DAG file (imports included: they do not exist in the
 pod), a lambda, an ``async def``, a wrapped function, one whose parameters are Airflow context keys.
 Arguments that do not serialize as JSON are refused when the task runs, after templates and XComs are
-resolved, before anything is submitted (:func:`payload`). The module imports the standard library only (and,
-in :func:`function_source`, Airflow's context keys): DAG files import it at parse time.
+resolved, before anything is submitted (:func:`payload`). The module imports the standard library and the
+return value's reader only (and, in :func:`function_source`, Airflow's context keys): DAG files import it at
+parse time.
 """
 
 from __future__ import annotations
@@ -27,14 +29,23 @@ import json
 import textwrap
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-    from airflow_provider_training.outcome import JobRef
+from airflow_provider_training.completion import RESULT_MARKER, ReturnValueMissing, returned_value
+
+__all__ = [
+    "BOOTSTRAP",
+    "PAYLOAD_ENV",
+    "RESULT_MARKER",
+    "FunctionNotShippable",
+    "ReturnValueMissing",
+    "bootstrap_command",
+    "function_source",
+    "payload",
+    "returned_value",
+]
 
 PAYLOAD_ENV = "AIRFLOW_TRAINING_FUNCTION"
-RESULT_MARKER = "::airflow-training-return-value::"
 PAYLOAD_VERSION = 1
 
 # Runs in every replica (``python -c``); standard library only, and no ``$(`` (Kubernetes would expand it).
@@ -70,10 +81,6 @@ if rank == "0":
 
 class FunctionNotShippable(TypeError):
     """The decorated function, or its arguments, cannot be sent to the job's pods (nothing was submitted)."""
-
-
-class ReturnValueMissing(ValueError):
-    """The job succeeded but its deciding replica's log has no return-value line."""
 
 
 def function_source(function: Callable[..., Any], decorator: str) -> str:
@@ -161,44 +168,6 @@ def payload(
 def bootstrap_command() -> list[str]:
     """The replica's container command: ``python -c`` :data:`BOOTSTRAP`."""
     return ["python", "-c", BOOTSTRAP]
-
-
-def returned_value(log: str, where: str) -> Any:
-    """The value on the last return-value line of ``log`` (the deciding replica's), else
-    :class:`ReturnValueMissing` naming ``where`` (the pod)."""
-    found: str | None = None
-    for line in log.splitlines():
-        _, marker, rest = line.partition(RESULT_MARKER)
-        if marker:
-            found = rest
-    if found is None:
-        raise ReturnValueMissing(
-            f"{where} ended successfully but its log has no return-value line ({RESULT_MARKER}...): was the "
-            "container's command replaced, or the log rotated away?"
-        )
-    return json.loads(found)
-
-
-async def read_return_value(hook: AsyncTrainingJobHook, ref: JobRef) -> Any:
-    """The return value the deciding replica printed: the last marked line of its pod's log (of the
-    kind's master pods, the one that has the line)."""
-    from airflow_provider_training.kinds.registry import get_kind
-
-    kind = get_kind(ref.kind, ref.api_version)
-    pods = await hook.list_job_pods(kind, ref.name, ref.namespace, master=True)
-    names = sorted(str((pod.get("metadata") or {}).get("name")) for pod in pods)
-    for name in names:
-        log = await hook.read_log(ref.namespace, name, kind.default_container)
-        if RESULT_MARKER in log:
-            return returned_value(log, f"pod {name}")
-    if names:
-        found = f"its deciding replica's pod ({', '.join(names)}) logged no return value"
-    else:
-        found = "no pod of its deciding replica is left to read the return value from"
-    raise ReturnValueMissing(
-        f"{ref.label} succeeded but {found} ({RESULT_MARKER}...): were its pods cleaned up (cleanPodPolicy), "
-        "or its container's command replaced?"
-    )
 
 
 def _definition(raw: str, name: str, where: str) -> tuple[ast.FunctionDef, str]:

@@ -13,6 +13,7 @@ from functools import cache
 from types import ModuleType
 
 from airflow_provider_training.kinds.base import JobKind
+from airflow_provider_training.kinds.errors import SpecError
 
 FAMILY_MODULES: tuple[str, ...] = (
     "airflow_provider_training.kinds.kubeflow",
@@ -50,8 +51,6 @@ def get_kind(kind: str, api_version: str | None = None) -> JobKind:
     Raises ``SpecError`` (a ``ValueError``) naming the known kinds (or the kind's known apiVersions) when
     there is no match.
     """
-    from airflow_provider_training.specs.errors import SpecError
-
     candidates = [known for known in all_kinds() if known.kind == kind]
     if not candidates:
         hint = [known.kind for known in all_kinds() if known.kind.lower() == str(kind).lower()]

@@ -1,9 +1,10 @@
 """``TrainingJobOperator``: submit any training job kind, wait for it without a worker slot, report why.
 
 Parameters and glue only: validation is ``specs.load_job``, API calls are the hook (one per ``execute``),
+what the wait is, is a :class:`~airflow_provider_training.job_wait.JobWait` (built in :meth:`_job_wait`),
 waiting is the trigger's :class:`~airflow_provider_training.waiting.JobWaiter` (run on the worker's hook in
-sync mode), naming is :mod:`~airflow_provider_training.naming`, results and errors are
-:mod:`~airflow_provider_training.results`. Nothing heavy is imported before ``execute``.
+sync mode), naming is :mod:`~airflow_provider_training.naming`, the result, the cleanup and the errors are
+:mod:`~airflow_provider_training.completion`. Nothing heavy is imported before ``execute``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_training.hooks.training import TrainingJobHook
+    from airflow_provider_training.job_wait import FinishOptions, JobWait
     from airflow_provider_training.outcome import JobRef, WaitEvent
-    from airflow_provider_training.triggers.training import TrainingJobTrigger
 
 
 def status_grace_period() -> float:
@@ -96,6 +97,8 @@ class TrainingJobOperator(BaseOperator):
 
     job_kind: ClassVar[str | None] = None
     job_api_version: ClassVar[str | None] = None
+    # The result is the value the deciding replica logged, not the job's summary (the decorators').
+    return_value_from_log: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -172,6 +175,7 @@ class TrainingJobOperator(BaseOperator):
         from airflow_provider_training.reading import read_status
         from airflow_provider_training.results import build_result
         from airflow_provider_training.submission import JobSubmitter
+        from airflow_provider_training.triggers.training import TrainingJobTrigger
         from airflow_provider_training.waiting import run_on
 
         self._check_rendered()
@@ -204,7 +208,8 @@ class TrainingJobOperator(BaseOperator):
             if self.wait_until is None:
                 status = read_status(hook, kind, job)
                 return build_result(WaitEvent(Outcome.SUCCESS, ref, job_status=status.to_dict()))
-            trigger = self._trigger(ref, context)
+            job_wait = self._job_wait(ref, context)
+            trigger = TrainingJobTrigger(job_wait=job_wait)
             waiter = trigger.waiter(hook.async_hook, self.log)
             # A job found finished (a reattach) ends here, in one step; else it is waited for.
             event = run_on(hook, waiter.conclude(job))
@@ -216,38 +221,41 @@ class TrainingJobOperator(BaseOperator):
                 self.defer(
                     trigger=trigger,
                     method_name="execute_complete",
-                    timeout=_defer_timeout(trigger.deadline, self),
+                    timeout=_defer_timeout(job_wait.wait.deadline, self),
                 )
             return self._complete(event or run_on(hook, waiter.wait()), hook)
 
-    def _trigger(self, ref: JobRef, context: Context) -> TrainingJobTrigger:
-        from airflow_provider_training.triggers.training import TrainingJobTrigger
+    def _job_wait(self, ref: JobRef, context: Context) -> JobWait:
+        """What the wait is, from this operator's parameters: the trigger's one argument."""
+        from airflow_provider_training.job_wait import JobWait, WaitOptions
+        from airflow_provider_training.kinds.base import JobState
 
-        return TrainingJobTrigger(
-            kind=ref.kind,
-            api_version=ref.api_version,
-            job_name=ref.name,
-            namespace=ref.namespace,
-            uid=ref.uid,
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            target_state=str(self.wait_until),
+        wait = WaitOptions(
+            target=JobState(str(self.wait_until)),
+            deadline=_deadline(self, context),
+            startup_timeout=self.startup_timeout,
+            status_grace_period=status_grace_period(),
+            check_interval=self.check_interval,
             get_logs=self.get_logs,
             log_replicas=self.log_replicas,
             max_log_streams=self.max_log_streams,
-            deadline=_deadline(self, context),
-            startup_timeout=self.startup_timeout,
-            check_interval=self.check_interval,
-            status_grace_period=status_grace_period(),
+            max_restarts=self.max_restarts,
+        )
+        return JobWait(ref, self.kubernetes_conn_id, wait, self._finish_options(), _try_number(context))
+
+    def _finish_options(self) -> FinishOptions:
+        from airflow_provider_training.job_wait import FinishOptions
+
+        return FinishOptions(
+            on_finish_action=self.on_finish_action,
             on_kill_action=self.on_kill_action,
             # A deferred success ends the task in the triggerer (the trigger does execute_complete's
             # success work): no second worker, and no resumed try for the scheduler's executor-event race
             # (apache/airflow#72716) to fail. Inline (sync mode, dag.test()) the trigger returns the event.
             end_from_trigger=self.deferrable,
-            on_finish_action=self.on_finish_action,
             push_result=self.do_xcom_push,
+            return_value_from_log=self.return_value_from_log,
             multiple_outputs=self.multiple_outputs,
-            try_number=_try_number(context),
-            max_restarts=self.max_restarts,
         )
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
@@ -275,35 +283,21 @@ class TrainingJobOperator(BaseOperator):
         with self._hook() as hook:
             return self._complete(WaitEvent.from_payload(event), hook)
 
-    def _complete(self, event: WaitEvent, hook: TrainingJobHook) -> dict[str, Any]:
-        """The XCom result or a :class:`TrainingJobError`, after the cleanup: a timed-out job is deleted; a
-        finished one as ``on_finish_action`` says; after an ``error`` event (the wait broke, not the job)
-        the job is kept."""
-        from airflow_provider_training.results import (
-            TrainingJobError,
-            build_result,
-            failure_message,
-            finish_deletion,
-            result_line,
-        )
+    def _complete(self, event: WaitEvent, hook: TrainingJobHook) -> Any:
+        """The XCom result or a :class:`TrainingJobError`, after the cleanup
+        (:func:`~airflow_provider_training.completion.complete`): a timed-out job is deleted; a finished one
+        as ``on_finish_action`` says; after an ``error`` event (the wait broke, not the job) the job is
+        kept."""
+        from airflow_provider_training.completion import complete
 
         event.job = event.job or self._job_ref
         self._job_ref = event.job
-        if event.job is not None and (why := finish_deletion(event, self.on_finish_action)):
-            self._delete(hook, event.job, why)
-        if not event.succeeded:
-            raise TrainingJobError(failure_message(event), event)
-        result = build_result(event)
-        self.log.info(result_line(result))
-        return result
+        return hook.run(complete(hook.async_hook, event, self._finish_options(), self.log))
 
     def _delete(self, hook: TrainingJobHook, ref: JobRef, why: str) -> None:
-        from airflow_provider_training.kinds.registry import get_kind
+        from airflow_provider_training.completion import delete
 
-        self.log.info("Deleting %s (%s)", ref.label, why)
-        kind = get_kind(ref.kind, ref.api_version)
-        if not hook.delete_job(kind, ref.name, ref.namespace, uid=ref.uid):
-            self.log.info("It was already gone, or that name is now another try's job (left alone)")
+        hook.run(delete(hook.async_hook, ref, why, self.log))
 
     def _delete_on_kill(self, ref: JobRef) -> None:
         """Delete the killed task's job; a refusal (a 403, the API down) goes to the task log, not to a thread
@@ -334,21 +328,19 @@ def _try_number(context: Context) -> int | None:
     return number if isinstance(number, int) else None
 
 
-def _deadline(op: BaseOperator, context: Context) -> str | None:
-    """``start_date + execution_timeout`` as ISO text, enforced by the trigger itself while deferred."""
+def _deadline(op: BaseOperator, context: Context) -> datetime | None:
+    """``start_date + execution_timeout``, enforced by the trigger itself while deferred."""
     if not op.execution_timeout:
         return None
     import pendulum
 
     start = getattr(context.get("ti"), "start_date", None) or pendulum.now("UTC")
-    return (pendulum.instance(start) + op.execution_timeout).isoformat()
+    return pendulum.instance(start) + op.execution_timeout
 
 
-def _defer_timeout(deadline: str | None, op: TrainingJobOperator) -> timedelta | None:
+def _defer_timeout(deadline: datetime | None, op: TrainingJobOperator) -> timedelta | None:
     """The framework backstop, padded so the trigger's own ``timeout`` event (which deletes the job) wins."""
     if deadline is None:
         return None
-    import pendulum
-
-    remaining = (pendulum.parse(deadline) - pendulum.now("UTC")).total_seconds()  # type: ignore[operator]
+    remaining = (deadline - datetime.now(UTC)).total_seconds()
     return timedelta(seconds=max(0.0, remaining) + max(60.0, 2 * op.check_interval))

@@ -18,9 +18,12 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.listeners import hookimpl
+
+if TYPE_CHECKING:
+    from airflow_provider_training.job_wait import JobWait
 
 log = logging.getLogger(__name__)
 
@@ -48,34 +51,31 @@ def marked(previous_state: Any, task_instance: Any) -> Future[None] | None:
     trigger = task_instance.trigger  # the row is only cleaned up later, by the triggerer or scheduler
     if trigger is None or trigger.classpath != TRIGGER_CLASSPATH:
         return None
-    kwargs = trigger.kwargs
-    job, state = f"{kwargs['kind']} {kwargs['namespace']}/{kwargs['job_name']}", task_instance.state
-    if kwargs.get("on_kill_action", "delete") != "delete":
-        log.info("%s marked %s while deferred: keeping %s (on_kill_action)", task_instance, state, job)
+    from airflow_provider_training.job_wait import JobWait
+
+    wait, state = JobWait.from_kwargs(trigger.kwargs), task_instance.state  # any version's trigger row
+    if wait.finish.on_kill_action != "delete":
+        log.info("%s marked %s while deferred: keeping %s (on_kill_action)", task_instance, state, wait.label)
         return None
-    log.info("%s marked %s while deferred: deleting %s", task_instance, state, job)
+    log.info("%s marked %s while deferred: deleting %s", task_instance, state, wait.label)
     global _executor
     with _lock:
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="training-kill")
-        return _executor.submit(delete_job, kwargs)
+        return _executor.submit(delete_job, wait)
 
 
-def delete_job(kwargs: dict[str, Any]) -> None:
+def delete_job(wait: JobWait) -> None:
     """Delete the trigger's job and its cleanup children, unless the name is another try's job now."""
     from airflow_provider_training.hooks.training import TrainingJobHook
     from airflow_provider_training.kinds.registry import get_kind
 
-    job = f"{kwargs['kind']} {kwargs['namespace']}/{kwargs['job_name']}"
+    job = wait.job
     try:
-        with TrainingJobHook(kwargs["kubernetes_conn_id"]) as hook:
-            deleted = hook.delete_job(
-                get_kind(kwargs["kind"], kwargs["api_version"]),
-                kwargs["job_name"],
-                kwargs["namespace"],
-                uid=kwargs.get("uid"),
-            )
+        with TrainingJobHook(wait.kubernetes_conn_id) as hook:
+            kind = get_kind(job.kind, job.api_version)
+            deleted = hook.delete_job(kind, job.name, job.namespace, uid=job.uid)
     except Exception:
-        log.exception("Could not delete %s", job)
+        log.exception("Could not delete %s", job.label)
         return
-    log.info("%s %s", job, "deleted" if deleted else "was already gone (or is another try's job now)")
+    log.info("%s %s", job.label, "deleted" if deleted else "was already gone (or is another try's job now)")

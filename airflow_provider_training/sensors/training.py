@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
@@ -95,29 +95,33 @@ class TrainingJobSensor(BaseSensorOperator):
         kind = self._job_kind()
         check_log_replicas_for(self.log_replicas, kind.kind, kind.replica_types)
 
-    def _trigger(self, namespace: str, deadline: str | None) -> TrainingJobTrigger:
+    def _trigger(self, namespace: str, deadline: datetime | None) -> TrainingJobTrigger:
+        """The trigger of this sensor's wait; its :class:`~airflow_provider_training.job_wait.JobWait` is
+        built here, from the sensor's parameters."""
+        from airflow_provider_training.job_wait import FinishOptions, JobWait, WaitOptions
+        from airflow_provider_training.kinds.base import JobState
+        from airflow_provider_training.outcome import JobRef
         from airflow_provider_training.triggers.training import TrainingJobTrigger
 
         kind = self._job_kind()
-        return TrainingJobTrigger(
-            kind=kind.kind,
-            api_version=kind.api_version,
-            job_name=self.job_name,
-            namespace=namespace,
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            target_state=self.target_state,
-            get_logs=self.get_logs,
-            log_replicas=self.log_replicas,
-            max_log_streams=self.max_log_streams,
+        wait = WaitOptions(
+            target=JobState(self.target_state),
             deadline=deadline,
             startup_timeout=None,
             status_grace_period=status_grace_period(),
             check_interval=float(self.poke_interval),
+            get_logs=self.get_logs,
+            log_replicas=self.log_replicas,
+            max_log_streams=self.max_log_streams,
             allow_missing=True,
-            on_kill_action="keep",  # the sensor only watches: killing it never deletes the job
         )
+        finish = FinishOptions(
+            on_kill_action="keep"
+        )  # the sensor only watches: killing it never deletes the job
+        job = JobRef(self.job_name, namespace, None, kind.kind, kind.api_version)
+        return TrainingJobTrigger(job_wait=JobWait(job, self.kubernetes_conn_id, wait, finish))
 
-    def _conclude(self, deadline: str | None) -> tuple[str, WaitEvent | None]:
+    def _conclude(self, deadline: datetime | None) -> tuple[str, WaitEvent | None]:
         """The job's namespace, and the event if the job read once ends the wait already (finished, at the
         target state, or never picked up): concluded in the same step, on one hook, with no watch. ``None``
         while it has yet to, or does not exist (yet); the sensor's trigger otherwise waits for it."""
@@ -138,9 +142,7 @@ class TrainingJobSensor(BaseSensorOperator):
         self._check_rendered()
         if not self.deferrable:
             return super().execute(context)
-        import pendulum
-
-        deadline = (pendulum.now("UTC") + timedelta(seconds=float(self.timeout))).isoformat()
+        deadline = datetime.now(UTC) + timedelta(seconds=float(self.timeout))
         namespace, event = self._conclude(deadline)
         if event is not None:
             # Done already: no deferral, but the event is handled as a deferred one's (soft_fail, never_fail).
@@ -164,11 +166,11 @@ class TrainingJobSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, event.to_payload()))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        from airflow_provider_training.completion import settled
         from airflow_provider_training.outcome import Outcome, WaitEvent
-        from airflow_provider_training.results import TrainingJobSensorError, build_result, raise_for_event
+        from airflow_provider_training.results import TrainingJobSensorError
 
         ended = WaitEvent.from_payload(event)
         if ended.outcome is Outcome.TIMEOUT:
             raise AirflowSensorTimeout(ended.message)
-        raise_for_event(ended, TrainingJobSensorError)
-        return build_result(ended)
+        return settled(ended, TrainingJobSensorError)

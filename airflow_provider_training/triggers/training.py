@@ -12,34 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
-from airflow_provider_training.kinds.base import JobState, parse_time
+from airflow_provider_training.job_wait import JobWait
 from airflow_provider_training.offloop import import_off_loop
-from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
-from airflow_provider_training.params import (
-    DECIDING,
-    ON_FINISH_ACTIONS,
-    ON_KILL_ACTIONS,
-    TARGET_STATES,
-    check_choice,
-    check_max_log_streams,
-    check_max_restarts,
-    check_seconds,
-)
+from airflow_provider_training.outcome import Outcome, WaitEvent
 
 # What run() and on_kill() use: imported in a thread before they first need it (seconds for the Kubernetes
 # client), not on the triggerer's loop; this module itself stays cheap to import (the triggerer imports it
 # on the loop).
 RUNTIME_MODULES = (
     "aiohttp",
-    "airflow_provider_training.decorators.shipping",
+    "airflow_provider_training.completion",
     "airflow_provider_training.hooks.training",
     "airflow_provider_training.kinds.registry",
     "airflow_provider_training.logs",
-    "airflow_provider_training.results",
     "airflow_provider_training.triggers.log_position",
     "airflow_provider_training.waiting",
     "airflow_provider_training.watch",
@@ -60,44 +50,19 @@ if TYPE_CHECKING:
 
 
 class TrainingJobTrigger(BaseTrigger):
-    """Follow one training job until it reaches ``target_state``, fails, is deleted or runs out of time.
+    """Follow one training job until it reaches its target state, fails, is deleted or runs out of time.
 
-    :param kind: kind name, e.g. ``PyTorchJob``; with ``api_version`` it names a registered JobKind.
-    :param job_name: the job's name. :param namespace: its namespace.
-    :param uid: the uid of the object waited for; a same-named object with another uid counts as deleted.
-    :param target_state: ``Succeeded`` or ``Running``.
-    :param get_logs: stream replica logs into this trigger's log.
-    :param log_replicas: ``deciding`` (the replica type that decides the job; ``master`` is its old name),
-        ``all`` or a list of replica types.
-    :param max_log_streams: how many replica pods this triggerer follows live at once (default: half its
-        open-file limit); past it, a job that follows more than its deciding replica follows only that one,
-        saying so in its log.
-    :param deadline: absolute ISO-8601 time at which the wait ends with ``timeout``.
-    :param startup_timeout: seconds after creation (or resumption) within which a replica pod must start.
-    :param status_grace_period: seconds an empty status is tolerated before the wait reports an error.
-    :param check_interval: the longest time between the time-based checks (the deadline, the startup
-        timeout); watch events arrive at once. ``poll_interval`` is its name in earlier versions, still
-        accepted so that their serialized triggers load.
-    :param allow_missing: keep waiting while the job does not exist yet (sensors).
-    :param max_restarts: end the wait as failed once a replica that keeps failing restarted more than this
-        many times (its pod's restarts, and those of the pods the operator replaced under its name);
-        ``None`` (default): no limit.
-    :param on_kill_action: what ``on_kill()`` (a user acted on the deferred task) does with the job:
-        ``delete`` it (and its cleanup children) or ``keep`` it.
-    :param try_number: the try that deferred on this trigger; a kill seen after the task instance moved on to
-        another try deletes nothing (``None``, from triggers serialized before it: not checked).
-    :param end_from_trigger: on success, end the task from the triggerer (``TaskSuccessEvent``) instead of
-        resuming it on a worker: apply ``on_finish_action``, log the final line and push the result as the
-        ``return_value`` XCom (when ``push_result``). Failures always resume the worker.
-    :param on_finish_action: ``keep``, ``delete`` or ``delete_succeeded``, applied when ending the task here.
-    :param push_result: push the result XCom when ending the task here (the operator's ``do_xcom_push``).
-    :param return_value_from_log: the result pushed when ending the task here is the return value the
-        deciding replica logged (``@task.pytorch_job`` and ``@task.train_job``, see
-        :mod:`~airflow_provider_training.decorators.shipping`), read before the result is pushed and the job
-        deleted (``on_finish_action``);
-        without that line the task resumes on a worker, which reports it.
-    :param multiple_outputs: when ending the task here, also push each key of the result as an XCom (the
-        operator's ``multiple_outputs``), as a worker does.
+    :param job_wait: what to wait for, a :class:`~airflow_provider_training.job_wait.JobWait` (or its
+        ``to_dict()``, as serialized): the job, the connection, the wait options (``wait``: target state,
+        deadline, startup timeout, logs, ``max_restarts``...) and the finish options (``finish``:
+        ``on_finish_action``, ``on_kill_action``, ``end_from_trigger``...).
+    :param earlier: without ``job_wait``, the flat keyword arguments of earlier versions (``kind``,
+        ``api_version``, ``job_name``, ``namespace``, ``uid``, ``target_state``, ``check_interval``...,
+        :meth:`JobWait.from_earlier_kwargs`): triggers those versions serialized load as they were.
+
+    With ``finish.end_from_trigger``, a success ends the task here (``TaskSuccessEvent``) instead of resuming
+    it on a worker: :func:`~airflow_provider_training.completion.end_task` pushes the result and applies
+    ``on_finish_action`` as the worker would. Failures always resume the worker.
 
     With ``get_logs`` in a triggerer, the replica log position is saved in the task instance's XCom
     ``training_log_position`` (see :mod:`~airflow_provider_training.triggers.log_position`), so a trigger
@@ -107,90 +72,14 @@ class TrainingJobTrigger(BaseTrigger):
     never delete the job.
     """
 
-    def __init__(
-        self,
-        *,
-        kind: str,
-        api_version: str,
-        job_name: str,
-        namespace: str,
-        uid: str | None = None,
-        kubernetes_conn_id: str | None = "kubernetes_default",
-        target_state: str = JobState.SUCCEEDED.value,
-        get_logs: bool = True,
-        log_replicas: str | list[str] = DECIDING,
-        max_log_streams: int | None = None,
-        deadline: str | None = None,
-        startup_timeout: float | None = None,
-        status_grace_period: float = 60.0,
-        check_interval: float = 5.0,
-        allow_missing: bool = False,
-        on_kill_action: str = "delete",
-        end_from_trigger: bool = False,
-        on_finish_action: str = "keep",
-        push_result: bool = True,
-        return_value_from_log: bool = False,
-        multiple_outputs: bool = False,
-        max_restarts: int | None = None,
-        poll_interval: float | None = None,  # check_interval's name in triggers serialized before
-        try_number: int | None = None,
-    ):
+    def __init__(self, job_wait: JobWait | dict[str, Any] | None = None, **earlier: Any):
         super().__init__()
-        self.kind = kind
-        self.api_version = api_version
-        self.job_name = job_name
-        self.namespace = namespace
-        self.uid = uid
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.target_state = check_choice("target_state", target_state, TARGET_STATES)
-        self.get_logs = get_logs
-        self.log_replicas = log_replicas
-        self.max_log_streams = check_max_log_streams(max_log_streams)
-        self.deadline = deadline
-        self.startup_timeout = startup_timeout
-        self.status_grace_period = status_grace_period
-        self.check_interval = check_seconds(
-            "check_interval", check_interval if poll_interval is None else poll_interval
+        self.job_wait = JobWait.from_kwargs(
+            earlier if job_wait is None else {**earlier, "job_wait": job_wait}
         )
-        self.allow_missing = allow_missing
-        self.on_kill_action = check_choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
-        self.end_from_trigger = end_from_trigger
-        self.on_finish_action = check_choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
-        self.push_result = push_result
-        self.return_value_from_log = return_value_from_log
-        self.multiple_outputs = multiple_outputs
-        self.try_number = try_number
-        self.max_restarts = check_max_restarts(max_restarts)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "kind": self.kind,
-                "api_version": self.api_version,
-                "job_name": self.job_name,
-                "namespace": self.namespace,
-                "uid": self.uid,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "target_state": self.target_state,
-                "get_logs": self.get_logs,
-                "log_replicas": self.log_replicas,
-                "max_log_streams": self.max_log_streams,
-                "deadline": self.deadline,
-                "startup_timeout": self.startup_timeout,
-                "status_grace_period": self.status_grace_period,
-                "check_interval": self.check_interval,
-                "allow_missing": self.allow_missing,
-                "on_kill_action": self.on_kill_action,
-                "end_from_trigger": self.end_from_trigger,
-                "on_finish_action": self.on_finish_action,
-                "push_result": self.push_result,
-                "return_value_from_log": self.return_value_from_log,
-                "multiple_outputs": self.multiple_outputs,
-                "try_number": self.try_number,
-                "max_restarts": self.max_restarts,
-            },
-        )
+        return f"{type(self).__module__}.{type(self).__qualname__}", {"job_wait": self.job_wait.to_dict()}
 
     @property
     def log(self) -> Logger:
@@ -203,12 +92,12 @@ class TrainingJobTrigger(BaseTrigger):
     def _job_kind(self) -> JobKind:
         from airflow_provider_training.kinds.registry import get_kind
 
-        return get_kind(self.kind, self.api_version)
+        return get_kind(self.job_wait.job.kind, self.job_wait.job.api_version)
 
     def _hook(self) -> AsyncTrainingJobHook:
         from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 
-        return AsyncTrainingJobHook(self.kubernetes_conn_id)
+        return AsyncTrainingJobHook(self.job_wait.kubernetes_conn_id)
 
     def waiter(
         self,
@@ -220,24 +109,13 @@ class TrainingJobTrigger(BaseTrigger):
     ) -> JobWaiter:
         """The :class:`~airflow_provider_training.waiting.JobWaiter` this trigger runs, on ``hook``; the sync
         mode runs the same one on the worker's hook, logging to the task's log."""
-        from airflow_provider_training.waiting import JobWaiter, WaitOptions
+        from airflow_provider_training.waiting import JobWaiter
 
-        options = WaitOptions(
-            target=JobState(self.target_state),
-            deadline=parse_time(self.deadline),
-            startup_timeout=self.startup_timeout,
-            status_grace_period=self.status_grace_period,
-            check_interval=self.check_interval,
-            get_logs=self.get_logs,
-            log_replicas=self.log_replicas,
-            max_log_streams=self.max_log_streams,
-            uid=self.uid,
-            allow_missing=self.allow_missing,
-            log_resume=log_resume,
-            log_mark_until=log_mark_until,
-            max_restarts=self.max_restarts,
+        job = self.job_wait.job
+        options = replace(
+            self.job_wait.wait, uid=job.uid, log_resume=log_resume, log_mark_until=log_mark_until
         )
-        return JobWaiter(hook, self._job_kind(), self.job_name, self.namespace, options, log)
+        return JobWaiter(hook, self._job_kind(), job.name, job.namespace, options, log)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await import_off_loop(*RUNTIME_MODULES)
@@ -269,7 +147,7 @@ class TrainingJobTrigger(BaseTrigger):
     def _log_position(self) -> LogPosition | None:
         """Where this try's replica logs stopped, saved in its XCom; only in a triggerer (which sets
         ``task_instance``), never in the sync mode or ``dag.test()`` (which run the trigger inline)."""
-        if not self.get_logs or self.task_instance is None:
+        if not self.job_wait.wait.get_logs or self.task_instance is None:
             return None
         from airflow_provider_training.triggers.log_position import LogPosition
 
@@ -277,46 +155,28 @@ class TrainingJobTrigger(BaseTrigger):
 
     def _ends_task(self, event: WaitEvent) -> bool:
         """Whether this success ends the task here (``end_from_trigger``, in a triggerer)."""
-        return self.end_from_trigger and self.task_instance is not None and event.succeeded
+        return self.job_wait.finish.end_from_trigger and self.task_instance is not None and event.succeeded
 
     async def _success(self, hook: AsyncTrainingJobHook, event: WaitEvent) -> TriggerEvent:
-        """What the operator's ``execute_complete`` does on success, so no worker has to resume: the XCom
-        result (the deciding replica's return value with ``return_value_from_log``), the
-        ``on_finish_action`` delete and the final log line.
+        """End the task here (:func:`~airflow_provider_training.completion.end_task`), or resume it on a
+        worker with the event when that cannot be done here.
 
         The result is pushed through the Task SDK (``XCom.aset``), as a worker pushes it: the
         ``TaskSuccessEvent(xcoms=...)`` route stores it JSON-encoded a second time (``XComModel.set``), so
-        downstream tasks would pull a string. If the push fails, the task resumes on a worker instead, the job
-        not yet deleted."""
+        downstream tasks would pull a string."""
         from airflow.sdk.execution_time.xcom import XCom
 
-        from airflow_provider_training.results import build_result, finish_deletion, result_line
+        from airflow_provider_training.completion import end_task
         from airflow_provider_training.triggers.log_position import SAVE_TIMEOUT, xcom_address
 
-        result: Any = build_result(event)
-        summary = result_line(result)
-        if self.return_value_from_log and event.job is not None:
-            from airflow_provider_training.decorators.shipping import ReturnValueMissing, read_return_value
-
-            try:
-                result = await read_return_value(hook, event.job)  # before the job (and its pods) may go
-            except ReturnValueMissing:
-                return TriggerEvent(event.to_payload())
-        if self.push_result:
+        async def push(xcoms: dict[str, Any]) -> None:
             address = xcom_address(self.task_instance)
-            try:
-                for key, value in xcoms_of(result, self.multiple_outputs).items():
-                    await asyncio.wait_for(XCom.aset(key=key, value=value, **address), SAVE_TIMEOUT)
-            except Exception as err:
-                self.log.warning(
-                    "Could not push the result (%s: %s); resuming the task", type(err).__name__, err
-                )
-                return TriggerEvent(event.to_payload())  # the job is still there for the worker
-        if why := finish_deletion(event, self.on_finish_action):
-            self.log.info("Deleting %s %s/%s (%s)", self.kind, self.namespace, self.job_name, why)
-            await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
-        self.log.info(summary)
-        return TaskSuccessEvent()
+            for key, value in xcoms.items():
+                await asyncio.wait_for(XCom.aset(key=key, value=value, **address), SAVE_TIMEOUT)
+
+        if await end_task(hook, event, self.job_wait.finish, self.log, push):
+            return TaskSuccessEvent()
+        return TriggerEvent(event.to_payload())
 
     async def on_kill(self) -> None:
         """The triggerer cancelled this trigger as a user's action: delete the job and its cleanup children,
@@ -335,10 +195,8 @@ class TrainingJobTrigger(BaseTrigger):
         """Delete the job as a kill does, unless ``keep`` or :meth:`_spared` finds why not; ``state`` is the
         task instance's (``None``: unknown). Logs one line saying who decided; returns whether a delete was
         sent."""
-        if self.on_kill_action != "delete":
-            self.log.info(
-                "Keeping %s %s/%s (on_kill_action='keep')", self.kind, self.namespace, self.job_name
-            )
+        if self.job_wait.finish.on_kill_action != "delete":
+            self.log.info("Keeping %s (on_kill_action='keep')", self.job_wait.label)
             return False
         await import_off_loop(*RUNTIME_MODULES)
         hook = self._hook()
@@ -351,20 +209,17 @@ class TrainingJobTrigger(BaseTrigger):
                 if state is None
                 else f"the task instance is {state}, no longer deferred: a user or Airflow ended its try"
             )
-            self.log.info("Deleting %s (on_kill_action='delete'): %s", self._label, who)
-            deleted = await hook.delete_job(self._job_kind(), self.job_name, self.namespace, uid=self.uid)
+            self.log.info("Deleting %s (on_kill_action='delete'): %s", self.job_wait.label, who)
+            job = self.job_wait.job
+            deleted = await hook.delete_job(self._job_kind(), job.name, job.namespace, uid=job.uid)
             self.log.info(
                 "%s %s",
-                self._label,
+                self.job_wait.label,
                 "deleted" if deleted else "was already gone (or is another try's job now)",
             )
             return True
         finally:
             await hook.close()
-
-    @property
-    def _label(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.job_name}"
 
     async def _spared(self, hook: AsyncTrainingJobHook, state: str | None) -> str | None:
         """Why a kill must not delete the job, from the evidence; ``None``: delete it.
@@ -378,29 +233,31 @@ class TrainingJobTrigger(BaseTrigger):
           wait succeeded, and the job was meant to run on after the task.
         """
         current = getattr(self.task_instance, "try_number", None)
-        if self.try_number is not None and current is not None and current != self.try_number:
+        waited_for, label = self.job_wait.try_number, self.job_wait.label
+        if waited_for is not None and current is not None and current != waited_for:
             return (
-                f"this trigger waited for try {self.try_number}, and the task instance is at try {current} "
-                f"now: that try decides about {self._label} (decided by this trigger from the try numbers)"
+                f"this trigger waited for try {waited_for}, and the task instance is at try {current} "
+                f"now: that try decides about {label} (decided by this trigger from the try numbers)"
             )
         if state not in FINISHED_TI_STATES:
             return None
         from airflow_provider_training.reading import aread_status
 
-        job = await hook.get_job(self._job_kind(), self.job_name, self.namespace)
-        if job is None or (self.uid is not None and job["metadata"].get("uid") != self.uid):
+        ref = self.job_wait.job
+        job = await hook.get_job(self._job_kind(), ref.name, ref.namespace)
+        if job is None or (ref.uid is not None and job["metadata"].get("uid") != ref.uid):
             return None  # the delete finds nothing of this try's to remove, and says so
         job_state = (await aread_status(hook, self._job_kind(), job)).state
         decided = "(decided by this trigger from the task instance's and the job's states)"
         if job_state.terminal:
             return (
-                f"{self._label} already ended ({job_state.value}) and the task instance is {state}: no user "
+                f"{label} already ended ({job_state.value}) and the task instance is {state}: no user "
                 f"ended a running try, nothing is left to stop, and an ended job is on_finish_action's "
-                f"('{self.on_finish_action}') {decided}"
+                f"('{self.job_wait.finish.on_finish_action}') {decided}"
             )
-        if state == "success" and job_state.value == self.target_state:
+        if state == "success" and job_state == self.job_wait.wait.target:
             return (
-                f"{self._label} is {job_state.value}, the state this trigger waited for, and the task "
+                f"{label} is {job_state.value}, the state this trigger waited for, and the task "
                 f"instance is success: the wait ended as it should, and the job runs on as the task meant it "
                 f"to {decided}"
             )
@@ -421,21 +278,11 @@ class TrainingJobTrigger(BaseTrigger):
             return None
         self.log.info("The task instance is %s, no longer deferred: this trigger ends here", state)
         deleted = await run_to_end(self._kill_job(state), on_kill_budget())
-        job = JobRef(self.job_name, self.namespace, self.uid, self.kind, self.api_version)
+        job = self.job_wait.job
         message = f"The task instance is {state}, no longer deferred; the trigger ended" + (
             "" if deleted else " without deleting the job"
         )
         return WaitEvent(Outcome.ERROR, job, message)
-
-
-def xcoms_of(result: Any, multiple_outputs: bool) -> dict[str, Any]:
-    """The XComs a worker would push for ``result``: with ``multiple_outputs`` each key of the dict, then
-    ``return_value``. A result that cannot have multiple outputs raises ``TypeError`` (a worker says why)."""
-    if not multiple_outputs:
-        return {"return_value": result}
-    if not isinstance(result, dict) or not all(isinstance(key, str) for key in result):
-        raise TypeError("multiple_outputs needs a dict with string keys")
-    return {**result, "return_value": result}
 
 
 def on_kill_budget() -> float:

@@ -163,7 +163,7 @@ def test_worker_dying_before_defer_is_reattached_then_killed_without_leftovers(f
 
     assert owned(family_cluster, case, retry) == created  # exactly one job afterwards
     trigger = deferred.value.trigger
-    assert trigger.job_name == created[0]
+    assert trigger.job_wait.job.name == created[0]
     wait_for(lambda: running(family_cluster, case, created[0]))
     asyncio.run(trigger.on_kill())  # the deferred task is killed
     wait_for(lambda: not leftovers(family_cluster, case, created[0]))

@@ -136,7 +136,7 @@ def test_worker_dying_between_create_and_defer_leaves_one_job(cluster, store):
 
     after = owned(cluster, retry)
     assert [j["metadata"]["uid"] for j in after] == [created[0]["metadata"]["uid"]]
-    assert deferred.value.trigger.uid == created[0]["metadata"]["uid"]
+    assert deferred.value.trigger.job_wait.job.uid == created[0]["metadata"]["uid"]
     asyncio.run(deferred.value.trigger.on_kill())
 
 
@@ -268,7 +268,7 @@ def test_on_kill_in_deferrable_mode_is_the_triggers(cluster):
     context = make_context()
     with pytest.raises(TaskDeferred) as deferred:
         pytorch(FOREVER, deferrable=True).execute(context)
-    name = deferred.value.trigger.job_name
+    name = deferred.value.trigger.job_wait.job.name
     assert job_or_none(cluster, PYTORCH, name) is not None
 
     asyncio.run(deferred.value.trigger.on_kill())
@@ -279,13 +279,14 @@ def test_on_kill_in_deferrable_mode_is_the_triggers(cluster):
 def test_on_kill_action_keep_also_applies_while_deferred(cluster):
     with pytest.raises(TaskDeferred) as deferred:
         pytorch(FOREVER, deferrable=True, on_kill_action="keep").execute(make_context())
-    trigger = deferred.value.trigger
-    assert trigger.serialize()[1]["on_kill_action"] == "keep"  # survives a triggerer restart
+    trigger, job = deferred.value.trigger, deferred.value.trigger.job_wait.job
+    restarted = type(trigger)(**trigger.serialize()[1])
+    assert restarted.job_wait.finish.on_kill_action == "keep"  # survives a triggerer restart
 
     asyncio.run(trigger.on_kill())
 
-    assert job_or_none(cluster, PYTORCH, trigger.job_name)["metadata"]["uid"] == trigger.uid
-    assert asyncio.run(_delete(trigger.job_name))
+    assert job_or_none(cluster, PYTORCH, job.name)["metadata"]["uid"] == job.uid
+    assert asyncio.run(_delete(job.name))
 
 
 def test_on_kill_action_keep(cluster):
@@ -393,7 +394,7 @@ def test_deferral_pads_the_framework_timeout_past_the_trigger_deadline(cluster):
     trigger = deferred.value.trigger
     asyncio.run(trigger.on_kill())
 
-    assert trigger.deadline is not None
+    assert trigger.job_wait.wait.deadline is not None
     assert deferred.value.timeout >= timedelta(minutes=10)
     event = first_event(trigger)
     assert event["status"] == "deleted"

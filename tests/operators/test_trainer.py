@@ -320,7 +320,7 @@ def test_each_progress_change_is_one_line_of_the_task_log(kube, capsys, mode):
         with pytest.raises(TaskDeferred) as deferred:
             op.execute(context)
         thread, outcome = in_thread(lambda: first_event(deferred.value.trigger))
-        train(kube, deferred.value.trigger.job_name, logged)
+        train(kube, deferred.value.trigger.job_wait.job.name, logged)
         thread.join(60)
         kwargs = {**(deferred.value.kwargs or {}), "event": outcome["result"]}
         result = op.resume_execution(deferred.value.method_name, kwargs, context)

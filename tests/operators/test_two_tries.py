@@ -85,12 +85,12 @@ def test_earlier_try_finish_delete_arriving_after_the_retry_recreated_spares_the
     failed_uid = try1._job_ref.uid
 
     trigger = deferred(pytorch(FOREVER, deferrable=True), retry_of(first, 2))  # replaces the failed job
-    assert trigger.uid != failed_uid
+    assert trigger.job_wait.job.uid != failed_uid
     gate.open()
     worker.join()
 
     assert isinstance(outcome.get("error"), TrainingJobError)  # try 1 reports its job's failure
-    assert uids(cluster, first) == [trigger.uid]  # try 2's job survived try 1's late delete
+    assert uids(cluster, first) == [trigger.job_wait.job.uid]  # try 2's job survived try 1's late delete
     # in order of arrival: try 1's held delete, refused by its uid precondition; try 2's own
     assert statuses(cluster, "DELETE", name) == [409, 200]
     kill(trigger)
@@ -112,8 +112,9 @@ def test_two_tries_replacing_the_same_failed_job_end_with_one_job_both_wait_on(c
     worker.join()
 
     trigger2 = outcome["result"]
-    assert trigger2.uid == trigger3.uid  # try 2 waits on try 3's job instead of deleting or duplicating it
-    assert uids(cluster, first) == [trigger3.uid]
+    # try 2 waits on try 3's job instead of deleting or duplicating it
+    assert trigger2.job_wait.job.uid == trigger3.job_wait.job.uid
+    assert uids(cluster, first) == [trigger3.job_wait.job.uid]
     logged = capsys.readouterr().out
     assert "was created by another live try (created by try 3) while this try (2) was submitting" in logged
     kill(trigger3)
@@ -134,10 +135,10 @@ def test_concurrent_creates_one_job_and_the_loser_waits_on_it(cluster, action):
     worker.join()
 
     assert "error" not in outcome, outcome.get("error")  # no JobExistsError escapes
-    assert outcome["result"].uid == trigger2.uid
-    assert uids(cluster, first) == [trigger2.uid]
+    assert outcome["result"].job_wait.job.uid == trigger2.job_wait.job.uid
+    assert uids(cluster, first) == [trigger2.job_wait.job.uid]
     assert statuses(cluster, "DELETE", job_name(first)) == []  # even 'recreate' deletes no fresh job
-    assert first["task_state_store"].get(submission.STATE_KEY)["uid"] == trigger2.uid
+    assert first["task_state_store"].get(submission.STATE_KEY)["uid"] == trigger2.job_wait.job.uid
     kill(trigger2)
 
 
@@ -148,11 +149,11 @@ def test_on_kill_of_an_earlier_try_leaves_the_job_a_retry_recreated(cluster):
     trigger2 = deferred(
         pytorch(FOREVER, deferrable=True, action_if_job_exists="recreate"), retry_of(first, 2)
     )
-    assert trigger2.uid != trigger1.uid
+    assert trigger2.job_wait.job.uid != trigger1.job_wait.job.uid
 
     kill(trigger1)  # the deferred try 1 is killed: its trigger deletes by uid
     try1.on_kill()  # and the operator's own kill path
-    assert uids(cluster, first) == [trigger2.uid]
+    assert uids(cluster, first) == [trigger2.job_wait.job.uid]
     assert statuses(cluster, "DELETE", job_name(first))[-2:] == [409, 409]
     kill(trigger2)
 
@@ -194,7 +195,7 @@ def test_a_retry_waits_for_the_earlier_tries_delete_to_finish_then_creates(clust
     worker.join()
 
     assert "error" not in outcome, outcome.get("error")
-    assert uids(cluster, first) == [outcome["result"].uid] != [try1._job_ref.uid]
+    assert uids(cluster, first) == [outcome["result"].job_wait.job.uid] != [try1._job_ref.uid]
     kill(outcome["result"])
 
 

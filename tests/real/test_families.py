@@ -166,7 +166,7 @@ def test_a_retry_after_a_lost_worker_follows_the_first_tries_job(cluster, conn, 
     op = case.make_operator(script, deferrable=True, on_finish_action="delete")
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(retry)
-    assert deferred.value.trigger.job_name == created
+    assert deferred.value.trigger.job_wait.job.name == created
     assert owned(cluster, case, retry, conn) == [created]  # no second job
     open_gate(cluster, gate)
     event = first_event(deferred.value.trigger)
@@ -197,7 +197,7 @@ def test_on_kill_deletes_the_job_and_its_children(cluster, conn, case, mode):
         with pytest.raises(TaskDeferred) as deferred:
             op.deferrable = True
             op.execute(make_context())
-        name = deferred.value.trigger.job_name
+        name = deferred.value.trigger.job_wait.job.name
         cluster.wait_for(lambda: running(cluster, case, name, ns), 90)
         asyncio.run(deferred.value.trigger.on_kill())
 

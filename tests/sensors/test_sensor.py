@@ -166,7 +166,7 @@ def test_killing_a_deferred_sensor_keeps_the_job(cluster):
 
     asyncio.run(trigger.on_kill())  # the user marks the deferred sensor failed
 
-    assert trigger.on_kill_action == "keep"
+    assert trigger.job_wait.finish.on_kill_action == "keep"
     assert job_or_none(cluster, case, "sensor-killed") is not None  # the sensor only watched it
     cluster.store.delete(resource(cluster, case), NAMESPACE, "sensor-killed")
 

@@ -10,6 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from airflow_provider_training.job_wait import FinishOptions, JobWait, WaitOptions
+from airflow_provider_training.kinds.base import JobState
+from airflow_provider_training.outcome import JobRef
 from airflow_provider_training.triggers.training import TrainingJobTrigger
 from tests.operators.harness import (
     KIND_BY_NAME,
@@ -65,8 +68,11 @@ def test_serialize_round_trip(kwargs):
     assert classpath == "airflow_provider_training.triggers.training.TrainingJobTrigger"
     assert type(trigger)(**serialized).serialize() == (classpath, serialized)
     assert json.loads(json.dumps(serialized)) == serialized  # plain values only
-    assert serialized["on_kill_action"] == kwargs.get("on_kill_action", "delete")
-    assert serialized["max_restarts"] == kwargs.get("max_restarts")  # None: no limit (sensors)
+    assert list(serialized) == ["job_wait"]  # one value: the job, the wait options, the finish options
+    loaded = type(trigger)(**serialized).job_wait
+    assert loaded == trigger.job_wait
+    assert loaded.finish.on_kill_action == kwargs.get("on_kill_action", "delete")
+    assert loaded.wait.max_restarts == kwargs.get("max_restarts")  # None: no limit (sensors)
 
 
 @pytest.mark.parametrize(
@@ -235,24 +241,106 @@ async def test_a_wait_that_cannot_run_is_an_error_event(cluster, monkeypatch, tm
     assert event["message"] and event["job"]["name"] == "any-job"
 
 
+# What TrainingJobTrigger.serialize() returned before its arguments became one JobWait (main at 53df9b2), for
+# a deferrable operator's task, and before check_interval was named (173856e): trigger rows in the metadata DB
+# of tasks deferred before an upgrade.
+SERIALIZED_BEFORE_JOB_WAIT = {
+    "kind": "PyTorchJob",
+    "api_version": "kubeflow.org/v1",
+    "job_name": "train-7f3a",
+    "namespace": "ml",
+    "uid": "0b1c-77",
+    "kubernetes_conn_id": "k8s",
+    "target_state": "Succeeded",
+    "get_logs": True,
+    "log_replicas": ["Master", "Worker"],
+    "max_log_streams": 200,
+    "deadline": "2026-11-29T13:00:00+00:00",
+    "startup_timeout": 600.0,
+    "status_grace_period": 60.0,
+    "check_interval": 5.0,
+    "allow_missing": False,
+    "on_kill_action": "delete",
+    "end_from_trigger": True,
+    "on_finish_action": "delete_succeeded",
+    "push_result": True,
+    "return_value_from_log": True,
+    "multiple_outputs": False,
+    "try_number": 2,
+    "max_restarts": 3,
+}
+SERIALIZED_BEFORE_CHECK_INTERVAL = {
+    "kind": "PyTorchJob",
+    "api_version": "kubeflow.org/v1",
+    "job_name": "train-7f3a",
+    "namespace": "ml",
+    "uid": "0b1c-77",
+    "kubernetes_conn_id": "k8s",
+    "target_state": "Succeeded",
+    "get_logs": True,
+    "log_replicas": "deciding",
+    "max_log_streams": None,
+    "deadline": "2026-11-29T13:00:00+00:00",
+    "startup_timeout": 600.0,
+    "status_grace_period": 60.0,
+    "poll_interval": 2.5,
+    "allow_missing": False,
+    "on_kill_action": "delete",
+    "end_from_trigger": False,
+    "on_finish_action": "keep",
+    "push_result": True,
+}
+
+
+def test_a_trigger_serialized_before_its_arguments_were_one_value_loads_as_it_was():
+    """A task deferred by the previous version goes on after an upgrade: its flat arguments become the same
+    JobWait, and the trigger serializes it in the new shape from then on."""
+    loaded = TrainingJobTrigger(**SERIALIZED_BEFORE_JOB_WAIT)
+
+    assert loaded.job_wait == JobWait(
+        JobRef("train-7f3a", "ml", "0b1c-77", "PyTorchJob", "kubeflow.org/v1"),
+        "k8s",
+        WaitOptions(
+            target=JobState.SUCCEEDED,
+            deadline=datetime(2026, 11, 29, 13, tzinfo=UTC),
+            startup_timeout=600.0,
+            status_grace_period=60.0,
+            check_interval=5.0,
+            get_logs=True,
+            log_replicas=["Master", "Worker"],
+            max_log_streams=200,
+            max_restarts=3,
+        ),
+        FinishOptions(
+            on_finish_action="delete_succeeded",
+            on_kill_action="delete",
+            end_from_trigger=True,
+            push_result=True,
+            return_value_from_log=True,
+        ),
+        try_number=2,
+    )
+    assert TrainingJobTrigger(**loaded.serialize()[1]).job_wait == loaded.job_wait
+
+
 def test_a_trigger_serialized_before_check_interval_was_named_still_loads():
     """Triggers serialized by earlier versions carry ``poll_interval``; the triggerer still builds them."""
-    _, serialized = trigger_for("job-a").serialize()
-    earlier = {**serialized, "poll_interval": 2.5}
-    del earlier["check_interval"]
+    loaded = TrainingJobTrigger(**SERIALIZED_BEFORE_CHECK_INTERVAL)
 
-    loaded = TrainingJobTrigger(**earlier)
-
-    assert loaded.check_interval == 2.5
-    assert loaded.serialize()[1] == {**serialized, "check_interval": 2.5}
+    assert loaded.job_wait.wait.check_interval == 2.5
+    assert loaded.job_wait.finish == FinishOptions()
 
 
 def test_a_trigger_serialized_before_max_restarts_loads_without_a_limit():
-    """A trigger deferred by an earlier version goes on as it waited: no restart limit."""
-    _, serialized = trigger_for("job-a", max_restarts=3).serialize()
-    earlier = {key: value for key, value in serialized.items() if key != "max_restarts"}
+    """A trigger deferred by an earlier version goes on as it waited: no restart limit (nor try check)."""
+    loaded = TrainingJobTrigger(**SERIALIZED_BEFORE_CHECK_INTERVAL)
 
-    assert TrainingJobTrigger(**earlier).serialize()[1] == {**serialized, "max_restarts": None}
+    assert loaded.job_wait.wait.max_restarts is None and loaded.job_wait.try_number is None
+
+
+def test_an_unknown_earlier_argument_is_refused():
+    with pytest.raises(TypeError, match=r"unexpected keyword argument.*wait_for_it"):
+        TrainingJobTrigger(**{**SERIALIZED_BEFORE_JOB_WAIT, "wait_for_it": True})
 
 
 def test_triggers_log_through_their_class_logger_unless_given_their_own():
