@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from multidict import CIMultiDict, CIMultiDictProxy
+import httpx
 
 RBAC_DOC = "docs/rbac.md"
 
@@ -46,6 +46,16 @@ class CredentialPluginError(Exception):
     log of the component that ran it, never for a response that others read (the Training tab's)."""
 
 
+class KubeConnectionError(Exception):
+    """The API server could not be reached or its answer was cut: what the HTTP client raised, named by the
+    server, and whether repeating the call may help (``transient``). A certificate the client cannot
+    verify is not transient: kubectl fails at once, and so do we."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
 class KubeApiError(Exception):
     """A non-2xx answer of the Kubernetes API, with its ``Status`` body already parsed.
 
@@ -68,7 +78,7 @@ class KubeApiError(Exception):
         self.message = message
         self.status_body: dict[str, Any] = dict(body or {})
         self.body = json.dumps(self.status_body).encode() if body else None
-        self.headers = CIMultiDictProxy(CIMultiDict(headers or {}))
+        self.headers = httpx.Headers(headers or {})
         # What was asked, e.g. "list pods in namespace default" (set by the transport).
         self.request: ApiRequest | None = None
         # For a resource the server does not serve in the asked version: the versions it serves it in, read

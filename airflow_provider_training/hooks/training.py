@@ -1,4 +1,4 @@
-"""The training-job hook: every Kubernetes API call the provider makes, written once on kubernetes_asyncio.
+"""The training-job hook: every Kubernetes API call the provider makes, written once (over :mod:`.transport`).
 
 :class:`AsyncTrainingJobHook` is the one implementation (triggers, the watch hub and the log streamer use it
 on their event loop). :class:`TrainingJobHook` is the thin sync facade operators use: it runs the same
@@ -39,11 +39,10 @@ from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.transport import (
     MERGE_PATCH,
     KubeTransport,
-    LineReader,
+    LineStream,
     collection_path,
     describe_request,
     encode_query,
-    iter_lines,
     object_path,
 )
 from airflow_provider_training.kinds.base import EVENTS, PODS, ChildResource, JobKind, ResourceRef
@@ -72,7 +71,7 @@ STRICT = (("fieldValidation", "Strict"),)
 
 
 class AsyncTrainingJobHook(HookParameters):
-    """Kubernetes API access for training jobs on one ``kubernetes`` connection (sessions shared per loop).
+    """Kubernetes API access for training jobs on one ``kubernetes`` connection (clients shared per loop).
 
     Its parameters are :class:`HookParameters`' (``connection_extras`` skips resolving the connection: the
     sync facade resolves it in the caller's thread). Create the hook anywhere, use it on one event loop, and
@@ -113,7 +112,7 @@ class AsyncTrainingJobHook(HookParameters):
         return default_namespace(await self.get_settings())
 
     async def transport(self) -> KubeTransport:
-        """The hook's transport, created on first use (its sessions are shared, see ``transport._Pool``)."""
+        """The hook's transport, created on first use (its clients are shared, see ``transport._Pool``)."""
         if self._transport is None:
             if self._init_lock is None:
                 self._init_lock = asyncio.Lock()
@@ -252,8 +251,9 @@ class AsyncTrainingJobHook(HookParameters):
     ) -> AsyncIterator[dict[str, Any]]:
         """One watch request: ``{"type", "object"}`` events (BOOKMARK included) until the server ends it.
 
-        An ``ERROR`` event (e.g. 410 Expired) is raised as :class:`KubeApiError`; so is a dropped connection
-        (as the aiohttp error). Reconnecting, relisting and backoff are the caller's (see ``watch.WatchHub``).
+        An ``ERROR`` event (e.g. 410 Expired) is raised as :class:`KubeApiError`; a lost connection as
+        :class:`~.errors.KubeConnectionError`. Reconnecting, relisting and backoff are the caller's (see
+        ``watch.WatchHub``).
         """
         query = encode_query(
             {
@@ -266,16 +266,20 @@ class AsyncTrainingJobHook(HookParameters):
         )
         transport = await self.transport()
         path = collection_path(resource, namespace)
-        async with transport.stream(path, query=query, read_timeout=timeout_seconds + 30) as resp:
-            async for line in iter_lines(resp):
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    error = KubeApiError.from_status(event.get("object") or {})
-                    error.request = describe_request("GET", path, query)
-                    raise error
-                yield event
+        stream = await transport.open_stream(path, query=query, idle_timeout=timeout_seconds + 30)
+        try:
+            while (lines := await stream.lines()) is not None:
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        error = KubeApiError.from_status(event.get("object") or {})
+                        error.request = describe_request("GET", path, query)
+                        raise error
+                    yield event
+        finally:
+            stream.close()
 
     # -- jobs ------------------------------------------------------------------------------------------------
 
@@ -497,8 +501,8 @@ class AsyncTrainingJobHook(HookParameters):
         """The container's log lines as they are written, until the container ends.
 
         Opening the stream is retried; a connection dropped mid-stream, or silent for
-        ``FOLLOW_IDLE_TIMEOUT``, raises the aiohttp error (resuming without loss or duplicates needs the
-        timestamps, which ``logs.ReplicaLogStreamer`` does).
+        ``FOLLOW_IDLE_TIMEOUT``, raises :class:`~.errors.KubeConnectionError` (resuming without loss or
+        duplicates needs the timestamps, which ``logs.ReplicaLogStreamer`` does).
         """
         stream = await self.open_log(namespace, pod, container, since_time=since_time, timestamps=timestamps)
         try:
@@ -516,13 +520,9 @@ class AsyncTrainingJobHook(HookParameters):
         *,
         since_time: datetime | None = None,
         timestamps: bool = True,
-    ) -> LineReader:
+    ) -> LineStream:
         """:meth:`follow_log`'s stream, opened (retried), its lines as bytes: ``await stream.lines()`` gives
-        the next ones as they arrive and ``None`` at the end; ``close()`` it when done. Over TLS a stream of
-        an HTTP/2 connection the process's follows share (``multiplex.H2Stream``), else a connection of its
-        own (``transport.LineStream``); either holds little more than its buffers while the container says
-        nothing.
-        """
+        the next ones as they arrive and ``None`` at the end; ``close()`` it when done."""
         query = encode_query(
             {
                 "container": container,
@@ -534,7 +534,7 @@ class AsyncTrainingJobHook(HookParameters):
         transport = await self.transport()
         path = object_path(PODS, namespace, pod, "log")
         return await self.retry.call(
-            lambda _attempt: transport.follow(path, query=query, read_timeout=FOLLOW_IDLE_TIMEOUT)
+            lambda _attempt: transport.open_stream(path, query=query, idle_timeout=FOLLOW_IDLE_TIMEOUT)
         )
 
 

@@ -34,7 +34,7 @@ from airflow_provider_training.params import (
 # client), not on the triggerer's loop; this module itself stays cheap to import (the triggerer imports it
 # on the loop).
 RUNTIME_MODULES = (
-    "aiohttp",
+    "httpx",
     "airflow_provider_training.decorators.shipping",
     "airflow_provider_training.hooks.training",
     "airflow_provider_training.kinds.registry",
