@@ -17,7 +17,7 @@ import copy
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from airflow.sdk import BaseHook
@@ -32,17 +32,17 @@ from airflow_provider_training.hooks.connection import (
     load_connection_extras_sync,
     shared_configuration,
 )
-from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError, group_version_plural
+from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
 from airflow_provider_training.hooks.loop_thread import LoopThread
 from airflow_provider_training.hooks.parameters import HookParameters
 from airflow_provider_training.hooks.retry import RetryPolicy
-from airflow_provider_training.hooks.transport import (
-    MERGE_PATCH,
-    KubeTransport,
-    LineStream,
+from airflow_provider_training.hooks.transport import MERGE_PATCH, KubeTransport, LineStream
+from airflow_provider_training.kinds.api import (
     collection_path,
     describe_request,
     encode_query,
+    format_since_time,
+    group_version_plural,
     object_path,
 )
 from airflow_provider_training.kinds.base import EVENTS, PODS, ChildResource, JobKind, ResourceRef
@@ -544,15 +544,6 @@ def replica_selectors(kind: JobKind, job_name: str, *, master: bool = False) -> 
     if master:
         return (kind.master_selector(job_name),)
     return (kind.pod_selector(job_name), *kind.extra_pod_selectors(job_name))
-
-
-def format_since_time(value: datetime | None) -> str | None:
-    """RFC 3339 in UTC at second resolution, as the API takes ``sinceTime``."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _manifest_for(kind: JobKind, body: Mapping[str, Any], namespace: str) -> dict[str, Any]:

@@ -22,22 +22,20 @@ import socket
 import ssl
 import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-from airflow_provider_training.hooks.errors import ApiRequest, KubeApiError, KubeConnectionError
-from airflow_provider_training.kinds.base import ResourceRef
+from airflow_provider_training.hooks.errors import KubeApiError, KubeConnectionError
+from airflow_provider_training.kinds.api import Query, describe_request
 from airflow_provider_training.offloop import once_in_thread
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from airflow_provider_training.hooks.kubeconfig import ClusterConfig, ServerClock
-
-Query = Iterable[tuple[str, str]]
 
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "airflow-provider-training"
@@ -72,56 +70,6 @@ def keepalive_options() -> list[tuple[int, int, int]]:
         (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", DEAD_AFTER * 1000),
     ]
     return [(level, getattr(socket, name), value) for level, name, value in wanted if hasattr(socket, name)]
-
-
-def collection_path(resource: ResourceRef, namespace: str | None) -> str:
-    """``/api/v1/namespaces/ns/pods`` or ``/apis/group/version/namespaces/ns/plural``."""
-    base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
-    if namespace:
-        base += f"/namespaces/{quote(namespace, safe='')}"
-    return f"{base}/{resource.plural}"
-
-
-def object_path(
-    resource: ResourceRef, namespace: str | None, name: str, subresource: str | None = None
-) -> str:
-    path = f"{collection_path(resource, namespace)}/{quote(name, safe='')}"
-    return f"{path}/{subresource}" if subresource else path
-
-
-_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
-
-
-def describe_request(method: str, path: str, query: Query | None = None) -> ApiRequest:
-    """What a request asks, as RBAC names it: ``list pods in namespace default``, ``get pods/log
-    default/x-master-0``, ``watch pytorchjobs.kubeflow.org in namespace default``."""
-    parts = [p for p in path.split("/") if p]
-    if parts[:1] not in (["api"], ["apis"]):  # /version, /healthz: not a resource
-        return ApiRequest(method, path=path)
-    group, rest = ("", parts[2:]) if parts[:1] == ["api"] else ("".join(parts[1:2]), parts[3:])
-    namespace = ""
-    if rest[:1] == ["namespaces"] and len(rest) > 2:
-        namespace, rest = rest[1], rest[2:]
-    if not rest:
-        return ApiRequest(method, path=path)
-    resource = f"{rest[0]}.{group}" if group else rest[0]
-    if len(rest) > 2:
-        resource += f"/{rest[2]}"
-    if len(rest) > 1:
-        return ApiRequest(_VERBS.get(method, "get"), resource, namespace, rest[1], path)
-    watching = any(k == "watch" and v in ("true", "1") for k, v in query or ())
-    verb = "watch" if watching else ("list" if method == "GET" else _VERBS.get(method, method.lower()))
-    return ApiRequest(verb, resource, namespace, path=path)
-
-
-def encode_query(params: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Query parameters as the API expects them: booleans lower-case, ``None`` dropped."""
-    out = []
-    for key, value in params.items():
-        if value is None:
-            continue
-        out.append((key, ("true" if value else "false") if isinstance(value, bool) else str(value)))
-    return out
 
 
 def _json_default(value: Any) -> Any:

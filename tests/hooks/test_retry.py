@@ -115,7 +115,7 @@ async def test_inside_a_wait_transient_failures_retry_past_the_attempts_until_th
     ],
 )
 def test_errors_name_the_request_as_rbac_does(method, path, query, expected):
-    from airflow_provider_training.hooks.transport import describe_request
+    from airflow_provider_training.kinds.api import describe_request
 
     request = describe_request(method, path, query)
     assert str(request) == expected
@@ -140,7 +140,7 @@ def test_errors_name_the_request_as_rbac_does(method, path, query, expected):
     ],
 )
 def test_a_refusal_names_verb_resource_namespace_and_the_role(method, path, query, permission):
-    from airflow_provider_training.hooks.transport import describe_request
+    from airflow_provider_training.kinds.api import describe_request
 
     said = 'pods is forbidden: User "system:serviceaccount:ml:w" cannot list resource "pods"'
     body = {"kind": "Status", "status": "Failure", "reason": "Forbidden", "message": said, "code": 403}
@@ -155,7 +155,7 @@ def test_a_refusal_names_verb_resource_namespace_and_the_role(method, path, quer
 
 
 def test_a_403_without_a_resource_is_not_called_an_rbac_refusal():
-    from airflow_provider_training.hooks.transport import describe_request
+    from airflow_provider_training.kinds.api import describe_request
 
     err = KubeApiError(403, "Forbidden", "no")
     assert err.refused is None and str(err) == "Kubernetes API error 403 Forbidden: no"

@@ -23,14 +23,8 @@ from airflow_provider_training.hooks.errors import KubeApiError, KubeConnectionE
 from airflow_provider_training.hooks.kubeconfig import ClusterConfig
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.hooks.transport import (
-    DEAD_AFTER,
-    KubeTransport,
-    LineStream,
-    collection_path,
-    encode_query,
-    object_path,
-)
+from airflow_provider_training.hooks.transport import DEAD_AFTER, KubeTransport, LineStream
+from airflow_provider_training.kinds.api import collection_path, encode_query, object_path
 from airflow_provider_training.kinds.base import PODS, ResourceRef
 from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.kube_env import FAST_RETRY, requests_to, until
