@@ -34,6 +34,8 @@ from airflow_provider_training.params import (
 # client), not on the triggerer's loop; this module itself stays cheap to import (the triggerer imports it
 # on the loop).
 RUNTIME_MODULES = (
+    "h2.connection",  # imported by httpcore at a first HTTP/2 connection (httpcore by httpx at a client)
+    "httpcore",
     "httpx",
     "airflow_provider_training.decorators.shipping",
     "airflow_provider_training.hooks.training",

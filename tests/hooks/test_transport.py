@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ import pytest
 from airflow_provider_training.hooks import transport as transport_module
 from airflow_provider_training.hooks.errors import KubeApiError, KubeConnectionError
 from airflow_provider_training.hooks.kubeconfig import ClusterConfig
-from airflow_provider_training.hooks.retry import is_transient
+from airflow_provider_training.hooks.retry import RetryPolicy, is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.hooks.transport import DEAD_AFTER, KubeTransport, LineStream
 from airflow_provider_training.kinds.api import collection_path, encode_query, object_path
@@ -349,3 +350,45 @@ def test_a_silenced_connection_is_noticed_within_60_seconds(tmp_path: Path):
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["outcome"] == "KubeConnectionError transient=True"
     assert seen["seconds"] < 60 and DEAD_AFTER < 60
+
+
+async def test_a_certificate_that_cannot_be_verified_fails_at_once_naming_the_server(tmp_path: Path):
+    """As kubectl's x509 errors: not retried (a server whose CA the kubeconfig does not name stays so)."""
+    from localkube.realcluster import webhook_certificates
+
+    pems = webhook_certificates("some-ca", "localhost")
+    for name, pem in pems.items():
+        (tmp_path / name).write_bytes(pem)
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    retries: list[object] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=serving)
+    port = server.sockets[0].getsockname()[1]
+    hook = AsyncTrainingJobHook(
+        None,
+        connection_extras={"kube_config": _kubeconfig(f"https://localhost:{port}")},
+        retry=RetryPolicy(attempts=4, base_delay=0.01, on_retry=lambda *args: retries.append(args)),
+    )
+    try:
+        with pytest.raises(KubeConnectionError, match="certificate verify failed") as caught:
+            await hook.get_object(JOB, "absent", "default")
+    finally:
+        await hook.close()
+        server.close()
+    assert not is_transient(caught.value) and f"https://localhost:{port}" in str(caught.value)
+    assert retries == []
+
+
+def _kubeconfig(server: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
