@@ -26,7 +26,7 @@ from typing import Any, Literal
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
-from airflow_provider_training.hooks.transport import LineReader
+from airflow_provider_training.hooks.transport import LineStream
 from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
 from airflow_provider_training.kinds.selectors import parse_selector, selects
 from airflow_provider_training.watch import DELETED, WatchEvent, WatchHub
@@ -210,7 +210,7 @@ class _Pod:
         # (about 50 bytes each besides the text) in a list.
         self.tail: str | None = None
         self.task: asyncio.Task[None] | None = None  # while the follow runs (not while its stream is silent)
-        self.stream: LineReader | None = None  # the open log stream
+        self.stream: LineStream | None = None  # the open log stream
         self.session: Callable[[int | None], bool] | None = None  # the open stream's cursor filter
         self.said = False  # the open stream emitted a line
         self.done = False  # the follow is over
@@ -712,11 +712,7 @@ class ReplicaLogStreamer:
         step = _Steps()  # a backlog's next lines come without a suspension
         try:
             while True:
-                lines = stream.ready()
-                if lines is not None and not lines:
-                    if stream.call_when_ready(pod):
-                        return True
-                    lines = await stream.lines()  # a stream that cannot call back (through a proxy)
+                lines = await stream.lines()
                 if lines is None:
                     break
                 for line in lines:

@@ -45,7 +45,7 @@ def test_the_check_sees_a_client_import():
         f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "aiohttp" in json.loads(out.stdout.strip().splitlines()[-1])
+    assert "airflow_provider_training.hooks.training" in json.loads(out.stdout.strip().splitlines()[-1])
 
 
 RUNTIME = """

@@ -2,7 +2,7 @@
 ``training.TrainingJobHook``, on the cncf.kubernetes ``kubernetes`` connection.
 
 Modules: ``parameters`` (the hooks' constructor parameters, written once), ``connection`` (extras and client
-configuration), ``transport`` (raw HTTP over one aiohttp session), ``retry`` (backoff policy), ``errors``,
+configuration), ``transport`` (HTTP on httpx, HTTP/2 over TLS), ``retry`` (backoff policy), ``errors``,
 ``loop_thread`` (the facade's private event loop). Nothing is imported here, so importing the package stays
 cheap.
 """

@@ -5,38 +5,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from multidict import CIMultiDict, CIMultiDictProxy
+import httpx
+
+from airflow_provider_training.kinds.api import ApiRequest, group_version_plural
 
 RBAC_DOC = "docs/rbac.md"
-
-
-@dataclass(frozen=True)
-class ApiRequest:
-    """What a request asked, as RBAC names it: ``verb`` on ``resource`` (``pods``, ``pods/log``,
-    ``pytorchjobs.kubeflow.org``: plural, subresource, API group), in ``namespace``, of object ``name``.
-    A request that is not for a resource has only ``verb`` (the HTTP method) and ``path``."""
-
-    verb: str
-    resource: str = ""
-    namespace: str = ""
-    name: str = ""
-    path: str = ""
-
-    def __str__(self) -> str:
-        """``list pods in namespace default``, ``get pods/log default/x-master-0``."""
-        if not self.resource:
-            return f"{self.verb} {self.path}"
-        if self.name:
-            return f"{self.verb} {self.resource} {self.namespace + '/' if self.namespace else ''}{self.name}"
-        return f"{self.verb} {self.resource}" + (f" in namespace {self.namespace}" if self.namespace else "")
-
-    def permission(self) -> str:
-        """The permission it needs: `list` on `pods` in namespace ml, `get` on `pods/log` named p in ..."""
-        text = f"`{self.verb}` on `{self.resource}`" + (f" named {self.name}" if self.name else "")
-        return text + (f" in namespace {self.namespace}" if self.namespace else "")
 
 
 class CredentialPluginError(Exception):
@@ -44,6 +19,16 @@ class CredentialPluginError(Exception):
 
     Its message carries what the plugin said (its stderr, which may name accounts or hold tokens): for the
     log of the component that ran it, never for a response that others read (the Training tab's)."""
+
+
+class KubeConnectionError(Exception):
+    """The API server could not be reached or its answer was cut: what the HTTP client raised, named by the
+    server, and whether repeating the call may help (``transient``). A certificate the client cannot
+    verify is not transient: kubectl fails at once, and so do we."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class KubeApiError(Exception):
@@ -68,7 +53,7 @@ class KubeApiError(Exception):
         self.message = message
         self.status_body: dict[str, Any] = dict(body or {})
         self.body = json.dumps(self.status_body).encode() if body else None
-        self.headers = CIMultiDictProxy(CIMultiDict(headers or {}))
+        self.headers = httpx.Headers(headers or {})
         # What was asked, e.g. "list pods in namespace default" (set by the transport).
         self.request: ApiRequest | None = None
         # For a resource the server does not serve in the asked version: the versions it serves it in, read
@@ -150,15 +135,6 @@ UNKNOWN_FIELDS_HINT = (
     "dropped them; is it another release of the operator than the manifest is written for? Nothing was "
     "created)"
 )
-
-
-def group_version_plural(request: ApiRequest | None) -> tuple[str, str, str] | None:
-    """``(group, version, plural)`` of a request to a named group's resource (``/apis/...``), or ``None``."""
-    parts = [p for p in (request.path if request else "").split("/") if p]
-    if parts[:1] != ["apis"] or len(parts) < 4:
-        return None
-    rest = parts[5:] if parts[3] == "namespaces" else parts[3:]
-    return (parts[1], parts[2], rest[0]) if rest else None
 
 
 def served_elsewhere(request: ApiRequest | None, versions: list[str]) -> str:

@@ -1,4 +1,5 @@
-"""Retrying transient Kubernetes API failures: 429 (honouring Retry-After), 5xx and dropped connections.
+"""Retrying transient Kubernetes API failures: 429 (honouring Retry-After), 5xx and lost connections, as our
+own error types tell them (:mod:`.errors`: the transport wraps the HTTP client's errors).
 
 A :class:`RetryPolicy` gives up after ``attempts``. Inside :func:`retry_until` (a wait for a job) every call
 keeps retrying transient failures instead, until the wait's deadline or, without one, for ``patience``
@@ -18,9 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
-import aiohttp
-
-from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.errors import KubeApiError, KubeConnectionError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def is_transient(exc: BaseException) -> bool:
     """Whether a call that failed with ``exc`` may succeed when repeated."""
     if isinstance(exc, KubeApiError):
         return exc.status in RETRYABLE_STATUS
-    return isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
+    return isinstance(exc, KubeConnectionError) and exc.transient
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The training-job hook: every Kubernetes API call the provider makes, written once on kubernetes_asyncio.
+"""The training-job hook: every Kubernetes API call the provider makes, written once (over :mod:`.transport`).
 
 :class:`AsyncTrainingJobHook` is the one implementation (triggers, the watch hub and the log streamer use it
 on their event loop). :class:`TrainingJobHook` is the thin sync facade operators use: it runs the same
@@ -17,7 +17,7 @@ import copy
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from airflow.sdk import BaseHook
@@ -32,18 +32,17 @@ from airflow_provider_training.hooks.connection import (
     load_connection_extras_sync,
     shared_configuration,
 )
-from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError, group_version_plural
+from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
 from airflow_provider_training.hooks.loop_thread import LoopThread
 from airflow_provider_training.hooks.parameters import HookParameters
 from airflow_provider_training.hooks.retry import RetryPolicy
-from airflow_provider_training.hooks.transport import (
-    MERGE_PATCH,
-    KubeTransport,
-    LineReader,
+from airflow_provider_training.hooks.transport import MERGE_PATCH, KubeTransport, LineStream
+from airflow_provider_training.kinds.api import (
     collection_path,
     describe_request,
     encode_query,
-    iter_lines,
+    format_since_time,
+    group_version_plural,
     object_path,
 )
 from airflow_provider_training.kinds.base import EVENTS, PODS, ChildResource, JobKind, ResourceRef
@@ -72,7 +71,7 @@ STRICT = (("fieldValidation", "Strict"),)
 
 
 class AsyncTrainingJobHook(HookParameters):
-    """Kubernetes API access for training jobs on one ``kubernetes`` connection (sessions shared per loop).
+    """Kubernetes API access for training jobs on one ``kubernetes`` connection (clients shared per loop).
 
     Its parameters are :class:`HookParameters`' (``connection_extras`` skips resolving the connection: the
     sync facade resolves it in the caller's thread). Create the hook anywhere, use it on one event loop, and
@@ -113,7 +112,7 @@ class AsyncTrainingJobHook(HookParameters):
         return default_namespace(await self.get_settings())
 
     async def transport(self) -> KubeTransport:
-        """The hook's transport, created on first use (its sessions are shared, see ``transport._Pool``)."""
+        """The hook's transport, created on first use (its clients are shared, see ``transport._Pool``)."""
         if self._transport is None:
             if self._init_lock is None:
                 self._init_lock = asyncio.Lock()
@@ -252,8 +251,9 @@ class AsyncTrainingJobHook(HookParameters):
     ) -> AsyncIterator[dict[str, Any]]:
         """One watch request: ``{"type", "object"}`` events (BOOKMARK included) until the server ends it.
 
-        An ``ERROR`` event (e.g. 410 Expired) is raised as :class:`KubeApiError`; so is a dropped connection
-        (as the aiohttp error). Reconnecting, relisting and backoff are the caller's (see ``watch.WatchHub``).
+        An ``ERROR`` event (e.g. 410 Expired) is raised as :class:`KubeApiError`; a lost connection as
+        :class:`~.errors.KubeConnectionError`. Reconnecting, relisting and backoff are the caller's (see
+        ``watch.WatchHub``).
         """
         query = encode_query(
             {
@@ -266,16 +266,20 @@ class AsyncTrainingJobHook(HookParameters):
         )
         transport = await self.transport()
         path = collection_path(resource, namespace)
-        async with transport.stream(path, query=query, read_timeout=timeout_seconds + 30) as resp:
-            async for line in iter_lines(resp):
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    error = KubeApiError.from_status(event.get("object") or {})
-                    error.request = describe_request("GET", path, query)
-                    raise error
-                yield event
+        stream = await transport.open_stream(path, query=query, idle_timeout=timeout_seconds + 30)
+        try:
+            while (lines := await stream.lines()) is not None:
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        error = KubeApiError.from_status(event.get("object") or {})
+                        error.request = describe_request("GET", path, query)
+                        raise error
+                    yield event
+        finally:
+            stream.close()
 
     # -- jobs ------------------------------------------------------------------------------------------------
 
@@ -497,8 +501,8 @@ class AsyncTrainingJobHook(HookParameters):
         """The container's log lines as they are written, until the container ends.
 
         Opening the stream is retried; a connection dropped mid-stream, or silent for
-        ``FOLLOW_IDLE_TIMEOUT``, raises the aiohttp error (resuming without loss or duplicates needs the
-        timestamps, which ``logs.ReplicaLogStreamer`` does).
+        ``FOLLOW_IDLE_TIMEOUT``, raises :class:`~.errors.KubeConnectionError` (resuming without loss or
+        duplicates needs the timestamps, which ``logs.ReplicaLogStreamer`` does).
         """
         stream = await self.open_log(namespace, pod, container, since_time=since_time, timestamps=timestamps)
         try:
@@ -516,13 +520,9 @@ class AsyncTrainingJobHook(HookParameters):
         *,
         since_time: datetime | None = None,
         timestamps: bool = True,
-    ) -> LineReader:
+    ) -> LineStream:
         """:meth:`follow_log`'s stream, opened (retried), its lines as bytes: ``await stream.lines()`` gives
-        the next ones as they arrive and ``None`` at the end; ``close()`` it when done. Over TLS a stream of
-        an HTTP/2 connection the process's follows share (``multiplex.H2Stream``), else a connection of its
-        own (``transport.LineStream``); either holds little more than its buffers while the container says
-        nothing.
-        """
+        the next ones as they arrive and ``None`` at the end; ``close()`` it when done."""
         query = encode_query(
             {
                 "container": container,
@@ -534,7 +534,7 @@ class AsyncTrainingJobHook(HookParameters):
         transport = await self.transport()
         path = object_path(PODS, namespace, pod, "log")
         return await self.retry.call(
-            lambda _attempt: transport.follow(path, query=query, read_timeout=FOLLOW_IDLE_TIMEOUT)
+            lambda _attempt: transport.open_stream(path, query=query, idle_timeout=FOLLOW_IDLE_TIMEOUT)
         )
 
 
@@ -544,15 +544,6 @@ def replica_selectors(kind: JobKind, job_name: str, *, master: bool = False) -> 
     if master:
         return (kind.master_selector(job_name),)
     return (kind.pod_selector(job_name), *kind.extra_pod_selectors(job_name))
-
-
-def format_since_time(value: datetime | None) -> str | None:
-    """RFC 3339 in UTC at second resolution, as the API takes ``sinceTime``."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _manifest_for(kind: JobKind, body: Mapping[str, Any], namespace: str) -> dict[str, Any]:

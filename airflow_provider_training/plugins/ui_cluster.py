@@ -22,7 +22,12 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_training.hooks.errors import RBAC_DOC, CredentialPluginError, KubeApiError
+from airflow_provider_training.hooks.errors import (
+    RBAC_DOC,
+    CredentialPluginError,
+    KubeApiError,
+    KubeConnectionError,
+)
 from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import JobKind, JobStatus, RawObject
@@ -170,7 +175,7 @@ def describe_failure(err: BaseException, conn_id: str | None) -> str:
     if isinstance(err, ClusterError):
         return str(err)
     reason = _CREDENTIALS_IN_URL.sub("//", str(err)) or type(err).__name__
-    if isinstance(err, OSError | TimeoutError) or type(err).__module__.startswith("aiohttp"):
+    if isinstance(err, OSError | TimeoutError | KubeConnectionError):
         return f"The Kubernetes API of {conn} could not be reached: {reason}."
     return f"The Kubernetes API of {conn} could not be used: {reason}."
 

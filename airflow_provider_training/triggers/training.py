@@ -25,7 +25,9 @@ from airflow_provider_training.outcome import Outcome, WaitEvent
 # client), not on the triggerer's loop; this module itself stays cheap to import (the triggerer imports it
 # on the loop).
 RUNTIME_MODULES = (
-    "aiohttp",
+    "h2.connection",  # imported by httpcore at a first HTTP/2 connection (httpcore by httpx at a client)
+    "httpcore",
+    "httpx",
     "airflow_provider_training.completion",
     "airflow_provider_training.hooks.training",
     "airflow_provider_training.kinds.registry",

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
 
 from airflow_provider_training.hooks import kubeconfig as kubeconfig_module
 from airflow_provider_training.hooks.connection import ConnectionConfigError
-from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.errors import KubeApiError, KubeConnectionError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
 from airflow_provider_training.hooks.transport import LineStream
 from airflow_provider_training.kinds.registry import get_kind
@@ -77,7 +76,7 @@ async def test_an_unknown_ca_is_refused_and_insecure_skip_tls_verify_accepts_it(
     try:
         with pytest.raises(Exception, match="certificate verify failed"):
             await hook.get_object(JOB, "absent", "default")
-        with pytest.raises(aiohttp.ClientConnectorCertificateError, match="certificate verify failed"):
+        with pytest.raises(KubeConnectionError, match="certificate verify failed"):
             await hook.open_log("default", "p", "c")  # a followed log, on its own connection
     finally:
         await hook.close()
@@ -139,7 +138,7 @@ async def test_a_followed_log_over_tls_with_a_client_certificate_and_a_server_na
     user = {"client-certificate-data": b64(cert.read_bytes()), "client-key-data": b64(key.read_bytes())}
     lines, kind = await follow(write(tmp_path / "config", kubeconfig(cluster, user)))
     assert lines == ["tls one", "tls two"]
-    assert kind is LineStream  # the provider's own connection, not the aiohttp session
+    assert kind is LineStream
     assert server.seen == [{"client": "carol", "authorization": ""}] * 2
 
 
@@ -276,7 +275,7 @@ async def test_yaml_booleans_unquoted_are_read_as_kubectl_reads_them(server, tmp
     if verified:  # the server's CA is unknown to the client: verification fails
         hook = AsyncTrainingJobHook(None, config_file=str(path), retry=FAST_RETRY)
         try:
-            with pytest.raises(aiohttp.ClientConnectorCertificateError, match="certificate verify failed"):
+            with pytest.raises(KubeConnectionError, match="certificate verify failed"):
                 await hook.get_object(JOB, "absent", "default")
         finally:
             await hook.close()

@@ -38,7 +38,6 @@ from tests.hooks.kube_env import FAST_RETRY
 from tests.hooks.test_kubeconfig import JOB
 from tests.hooks.tls_server import TlsServer, b64, make_pki
 
-NEEDS_H1 = pytest.mark.xfail(strict=True, reason="needs the httpx transport (h1)")
 V1, V1BETA1 = "client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"
 ALICE_CERT = "client-certificate: alice.crt\nclient-key: alice.key"
 CA_CLUSTER = "server: $url\ncertificate-authority: ca.crt"
@@ -495,7 +494,6 @@ async def exec_certificate_rotates(server: TlsServer, tmp_path: Path, request: C
     assert [seen["client"] for seen in server.seen] == ["alice", "bob"]
 
 
-@NEEDS_H1
 async def test_exec_client_certificates_rotate_through_the_hook(server, tmp_path):
     """(a) through the transport: it must build a new TLS context when ``tls_key()`` changes."""
 
@@ -661,7 +659,7 @@ async def proxy(request) -> AsyncIterator[tuple[str, list[str]]]:
 
 @pytest.mark.parametrize(
     "proxy",
-    ["http", pytest.param("socks5", marks=NEEDS_H1)],
+    ["http", "socks5"],
     indirect=True,
 )
 async def test_proxy_url(server, tmp_path, proxy):
@@ -677,7 +675,6 @@ async def test_proxy_url(server, tmp_path, proxy):
     ]
 
 
-@NEEDS_H1
 async def test_an_x509_failure_fails_at_once(server, tmp_path):
     """(h) kubectl: ``tls: failed to verify certificate: x509: certificate signed by unknown authority``,
     not retried: one handshake, though the hook's policy retries transient failures three times."""

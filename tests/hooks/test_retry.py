@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-import aiohttp
 import pytest
 
-from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.hooks.errors import KubeApiError, KubeConnectionError
 from airflow_provider_training.hooks.retry import RetryPolicy, is_transient
 
 
@@ -21,15 +20,16 @@ def test_client_errors_are_not(status):
     assert not is_transient(KubeApiError(status))
 
 
-@pytest.mark.parametrize(
-    "exc", [aiohttp.ServerDisconnectedError(), aiohttp.ClientPayloadError("cut"), TimeoutError()]
-)
-def test_dropped_connections_are_transient(exc):
-    assert is_transient(exc)
+def test_connection_errors_are_transient_as_the_transport_classified_them():
+    """Only our own types are looked at: the transport wraps the HTTP client's errors (test_transport.py and
+    test_kubeconfig.py raise them from real connections)."""
+    assert is_transient(KubeConnectionError("cut", transient=True))
+    assert not is_transient(KubeConnectionError("certificate verify failed", transient=False))
 
 
-def test_programming_errors_are_not():
-    assert not is_transient(ValueError("bug"))
+@pytest.mark.parametrize("exc", [ValueError("bug"), TimeoutError(), ConnectionError()])
+def test_other_errors_are_not(exc):
+    assert not is_transient(exc)
 
 
 def test_retry_after_from_header_or_status_details_wins_and_is_capped():
@@ -115,7 +115,7 @@ async def test_inside_a_wait_transient_failures_retry_past_the_attempts_until_th
     ],
 )
 def test_errors_name_the_request_as_rbac_does(method, path, query, expected):
-    from airflow_provider_training.hooks.transport import describe_request
+    from airflow_provider_training.kinds.api import describe_request
 
     request = describe_request(method, path, query)
     assert str(request) == expected
@@ -140,7 +140,7 @@ def test_errors_name_the_request_as_rbac_does(method, path, query, expected):
     ],
 )
 def test_a_refusal_names_verb_resource_namespace_and_the_role(method, path, query, permission):
-    from airflow_provider_training.hooks.transport import describe_request
+    from airflow_provider_training.kinds.api import describe_request
 
     said = 'pods is forbidden: User "system:serviceaccount:ml:w" cannot list resource "pods"'
     body = {"kind": "Status", "status": "Failure", "reason": "Forbidden", "message": said, "code": 403}
@@ -155,7 +155,7 @@ def test_a_refusal_names_verb_resource_namespace_and_the_role(method, path, quer
 
 
 def test_a_403_without_a_resource_is_not_called_an_rbac_refusal():
-    from airflow_provider_training.hooks.transport import describe_request
+    from airflow_provider_training.kinds.api import describe_request
 
     err = KubeApiError(403, "Forbidden", "no")
     assert err.refused is None and str(err) == "Kubernetes API error 403 Forbidden: no"

@@ -1,5 +1,7 @@
-"""Log follows over HTTP/2 against the real kube-apiserver (Go's net/http over TLS): many followed pods share
-one connection, each a stream, as client-go's follows do (airflow_provider_training.hooks.multiplex)."""
+"""The provider's HTTP client against the real kube-apiserver (Go's net/http over TLS, HTTP/2 by ALPN):
+watches and log follows share one connection, each a stream, as client-go's do; past the client's stream cap
+(``transport.LANE_STREAMS``) a further connection opens; a follow closed before its end is drained without
+stalling the others; a restarted server fails the streams transiently and the next ones connect again."""
 
 from __future__ import annotations
 
@@ -8,22 +10,21 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 
+import psutil
 import pytest
-import yaml
 from localkube.realcluster import RealCluster
 
-from airflow_provider_training.hooks.errors import KubeApiError
-from airflow_provider_training.hooks.kubeconfig import static_config
-from airflow_provider_training.hooks.multiplex import H2Stream
-from airflow_provider_training.hooks.transport import KubeTransport, LineStream
+from airflow_provider_training.hooks.errors import KubeApiError, KubeConnectionError
+from airflow_provider_training.hooks.retry import is_transient
+from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.hooks.transport import LANE_STREAMS, LineStream
 from tests.real.families_real import open_gate
 
 PODS = [f"h2-follow-{n}" for n in range(3)]
-GATE = "h2-follows"
 
 
-def pod(name: str) -> dict:
-    script = {"default": {"duration": 0, "logs": ["{pod} first"], "gate": GATE, "after_gate": ["{pod} last"]}}
+def pod(name: str, gate: str) -> dict:
+    script = {"default": {"duration": 0, "logs": ["{pod} first"], "gate": gate, "after_gate": ["{pod} last"]}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -45,12 +46,12 @@ def said_first(cluster: RealCluster, name: str) -> bool:
 
 @pytest.fixture
 def running(real_cluster: RealCluster) -> Iterator[Callable[..., None]]:
-    """Start pods that said their first line (then wait for the gate); deleted after the test."""
+    """Start pods (at ``gate``) that said their first line; deleted after the test."""
     started: list[str] = []
 
-    def start(*names: str) -> None:
+    def start(gate: str, *names: str) -> None:
         for name in names:
-            real_cluster.apply(pod(name))
+            real_cluster.apply(pod(name, gate))
             started.append(name)
         for name in names:
             real_cluster.wait_for(lambda name=name: said_first(real_cluster, name), 60)
@@ -61,13 +62,17 @@ def running(real_cluster: RealCluster) -> Iterator[Callable[..., None]]:
             real_cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
 
 
-@pytest.fixture(scope="module")
-def transport_config(real_cluster: RealCluster):
-    kubeconfig = yaml.safe_load(real_cluster.kubeconfig.read_text())
-    return static_config(kubeconfig, None, str(real_cluster.kubeconfig.parent))
+def connections_to(cluster: RealCluster) -> int:
+    """This process's ESTABLISHED TCP connections to the API server's port."""
+    port = int(cluster.url.rpartition(":")[2])
+    return sum(
+        1
+        for conn in psutil.Process().net_connections(kind="tcp")
+        if conn.status == psutil.CONN_ESTABLISHED and conn.raddr and conn.raddr.port == port
+    )
 
 
-async def read_until(stream, text: str) -> list[str]:
+async def read_until(stream: LineStream, text: str) -> list[str]:
     lines: list[str] = []
     while not any(text in line for line in lines):
         more = await stream.lines()
@@ -76,114 +81,113 @@ async def read_until(stream, text: str) -> list[str]:
     return lines
 
 
-async def read_all(stream) -> list[str]:
+async def read_all(stream: LineStream) -> list[str]:
     lines = []
     while (more := await stream.lines()) is not None:
         lines += [line.decode() for line in more]
     return lines
 
 
-def succeeded(cluster: RealCluster, name: str) -> bool:
-    return cluster.get(f"/api/v1/namespaces/default/pods/{name}")["status"].get("phase") == "Succeeded"
+def test_watches_and_follows_share_one_http2_connection_and_past_the_cap_a_further_one(real_cluster, running):
+    gate = "h2-follows"
+    running(gate, *PODS)
 
-
-def test_followed_pods_share_one_http2_connection_each_a_stream(real_cluster, transport_config, running):
-    running(*PODS)
-
-    async def follow_all() -> dict:
-        transport = KubeTransport(transport_config)
-        path = "/api/v1/namespaces/default/pods/{}/log"
+    async def stream_all() -> dict:
+        hook = AsyncTrainingJobHook(None, config_file=str(real_cluster.kubeconfig))
+        transport = await hook.transport()
+        watch = [("watch", "true"), ("timeoutSeconds", "600")]
+        seen: dict = {}
         try:
-            streams = [await transport.follow(path.format(name), query=[("follow", "true")]) for name in PODS]
-            seen: dict = {"firsts": [await read_until(s, "first") for s in streams]}  # all open
-            pool = transport._pooled()
-            assert pool.h2 is not None
-            seen["kinds"] = {type(stream) for stream in streams}
-            seen["links"] = [(link.protocol, len(link.streams), link.limit) for link in pool.h2.links]
-            await asyncio.to_thread(open_gate, real_cluster, GATE)
-            seen["lasts"] = [await read_until(s, "last") for s in streams]
-            for stream in streams:  # closed before their ends: each stream is reset, the connection closes
+            follows = [await hook.open_log("default", name, "main", timestamps=False) for name in PODS]
+            watches = [
+                await transport.open_stream("/api/v1/namespaces/default/configmaps", query=watch)
+                for _ in range(LANE_STREAMS - len(follows))
+            ]
+            seen["one lane"] = await asyncio.to_thread(connections_to, real_cluster)
+            follows += [await hook.open_log("default", name, "main", timestamps=False) for name in PODS]
+            seen["two lanes"] = await asyncio.to_thread(connections_to, real_cluster)
+            seen["versions"] = {stream._response.http_version for stream in [*follows, *watches]}
+            seen["firsts"] = [(await read_until(stream, "first"))[-1] for stream in follows]
+            pool = transport._pool
+            assert pool is not None
+            follows.pop(0).close()  # a follow closed before its pod ended: drained, the others go on
+            seen["drained"] = [lane.drained for lane in pool.lanes]
+            await asyncio.to_thread(open_gate, real_cluster, gate)
+            seen["lasts"] = [await read_all(stream) for stream in follows]
+            for _ in range(600):
+                if not any(lane.drained for lane in pool.lanes):
+                    break
+                await asyncio.sleep(0.05)  # a bound: the drained stream ends with its pod
+            seen["drained at the end"] = [lane.drained for lane in pool.lanes]
+            for stream in [*follows, *watches]:
                 stream.close()
-            seen["open after close"] = [len(link.streams) for link in pool.h2.links if not link.closing]
-            for name in PODS:
-                await asyncio.to_thread(
-                    real_cluster.wait_for, lambda name=name: succeeded(real_cluster, name), 60
-                )
-            # A finished container's log: the server ends the stream (END_STREAM) after the whole log.
-            ended = [await transport.follow(path.format(name), query=[("follow", "true")]) for name in PODS]
-            seen["whole"] = [await read_all(stream) for stream in ended]
-            seen["open after end"] = [len(link.streams) for link in pool.h2.links if not link.closing]
-            return seen
         finally:
-            await transport.close()
+            await hook.close()
+        return seen
 
-    seen = asyncio.run(follow_all())
+    seen = asyncio.run(stream_all())
 
-    assert seen["kinds"] == {H2Stream}
-    (link,) = seen["links"]
-    assert link[:2] == ("h2", len(PODS)), "one connection, a stream per followed pod"
-    assert link[2] >= 100, "the server's stream limit (--http2-max-streams-per-connection)"
-    assert [
-        lines[-1].endswith(f"{name} first") for lines, name in zip(seen["firsts"], PODS, strict=True)
-    ] == [True] * 3
-    assert [lines[-1].endswith(f"{name} last") for lines, name in zip(seen["lasts"], PODS, strict=True)] == [
-        True
-    ] * 3
-    assert seen["open after close"] == [], "the connection closes when its last stream is closed"
-    assert seen["whole"] == [[f"{name} first", f"{name} last"] for name in PODS]
-    assert seen["open after end"] == [], "and when its last stream ended"
+    assert seen["versions"] == {"HTTP/2"}
+    assert seen["one lane"] == 1, f"{LANE_STREAMS} streams on one connection"
+    assert seen["two lanes"] == 2, "the next follows on a further connection"
+    assert seen["firsts"] == [f"{name} first" for name in PODS * 2]
+    assert seen["drained"] == [1, 0]
+    assert seen["lasts"] == [[f"{name} last"] for name in PODS[1:] + PODS]
+    assert seen["drained at the end"] == [0, 0]
 
 
-def test_an_error_answer_on_a_stream_is_the_api_error_and_the_connection_goes_on(
-    real_cluster, transport_config
-):
-    real_cluster.apply(pod("h2-follow-err"))
-    real_cluster.wait_for(lambda: said_first(real_cluster, "h2-follow-err"), 60)
+def test_an_error_answer_on_a_stream_is_the_api_error_and_the_connection_goes_on(real_cluster, running):
+    running("h2-follow-err", "h2-follow-err")
 
-    async def follow() -> tuple[KubeApiError, list[str], type]:
-        transport = KubeTransport(transport_config)
+    async def follow() -> tuple[KubeApiError, list[bytes] | None, int]:
+        hook = AsyncTrainingJobHook(None, config_file=str(real_cluster.kubeconfig))
         try:
-            live = await transport.follow(
-                "/api/v1/namespaces/default/pods/h2-follow-err/log", query=[("follow", "true")]
-            )
+            live = await hook.open_log("default", "h2-follow-err", "main", timestamps=False)
             with pytest.raises(KubeApiError) as missing:
-                await transport.follow(
-                    "/api/v1/namespaces/default/pods/no-such-pod/log", query=[("follow", "true")]
-                )
+                await hook.open_log("default", "no-such-pod", "main")
             first = await live.lines()
+            connections = await asyncio.to_thread(connections_to, real_cluster)
             live.close()
-            return missing.value, [line.decode() for line in first or []], type(live)
+            return missing.value, first, connections
         finally:
-            await transport.close()
+            await hook.close()
+            await asyncio.to_thread(open_gate, real_cluster, "h2-follow-err")
 
-    error, first, kind = asyncio.run(follow())
+    error, first, connections = asyncio.run(follow())
 
-    assert kind is H2Stream
     assert error.status == 404 and "no-such-pod" in str(error)
-    assert first and first[0].endswith("h2-follow-err first")
+    assert first == [b"h2-follow-err first"] and connections == 1
 
 
-def test_a_server_that_does_not_choose_h2_gets_http1_follows(transport_config, running, monkeypatch):
-    """ALPN offering only HTTP/1.1 (as a server without h2 answers): each follow has its own connection."""
-    from airflow_provider_training.hooks import transport as transport_module
+def test_a_restarted_server_fails_the_streams_transiently_and_the_next_connect_again(real_cluster, running):
+    gate = "h2-restart"
+    running(gate, "h2-restart-a", "h2-restart-b")
 
-    monkeypatch.setattr(transport_module, "ALPN", ("http/1.1",))
-    running("h2-follow-h1")
-
-    async def follow() -> tuple[type, list[str], bool]:
-        transport = KubeTransport(transport_config)
+    async def across_a_restart() -> dict:
+        hook = AsyncTrainingJobHook(None, config_file=str(real_cluster.kubeconfig))
+        seen: dict = {}
         try:
-            stream = await transport.follow(
-                "/api/v1/namespaces/default/pods/h2-follow-h1/log", query=[("follow", "true")]
-            )
-            first = await stream.lines()
-            stream.close()
-            pool = transport._pooled()
-            return type(stream), [line.decode() for line in first or []], bool(pool.h2 and pool.h2.refused)
+            streams = [
+                await hook.open_log("default", name, "main") for name in ("h2-restart-a", "h2-restart-b")
+            ]
+            for stream in streams:
+                await read_until(stream, "first")
+            await asyncio.to_thread(real_cluster.restart_apiserver)
+            errors = []
+            for stream in streams:
+                with pytest.raises(KubeConnectionError) as raised:
+                    await read_all(stream)
+                errors.append(raised.value)
+                stream.close()
+            seen["transient"] = [is_transient(error) for error in errors]
+            again = await hook.open_log("default", "h2-restart-a", "main", timestamps=False)
+            seen["again"] = (await read_until(again, "first"))[-1]
+            again.close()
         finally:
-            await transport.close()
+            await hook.close()
+            await asyncio.to_thread(open_gate, real_cluster, gate)
+        return seen
 
-    kind, first, refused = asyncio.run(follow())
+    seen = asyncio.run(across_a_restart())
 
-    assert kind is LineStream and refused
-    assert first and first[0].endswith("h2-follow-h1 first")
+    assert seen == {"transient": [True, True], "again": "h2-restart-a first"}

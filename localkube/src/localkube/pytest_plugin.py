@@ -8,9 +8,7 @@ load by hand:
 - ``localkube_conn``: the id of an Airflow ``kubernetes`` connection (``kubernetes_default``) pointing at it;
 - ``localkube_async``: the same cluster started in the running loop of an async test;
 - ``gate_name``: a gate name (``localkube.gates``) of the test's own, opened and forgotten after it, so a
-  scripted container still waiting at it ends;
-- ``h2_localkube``: an HTTP/2 over TLS front (``localkube.h2front.H2Front``, at ``.url``, its kubeconfig at
-  ``.kubeconfig``) to ``localkube_async``, in the same loop: what a real kube-apiserver's clients talk.
+  scripted container still waiting at it ends.
 
 Override ``localkube_runtime`` ("scripted" or "process"), ``localkube_crd_dir`` (a directory of CRD
 YAMLs, or a list of them, to serve and validate custom objects against their schemas) or
@@ -26,14 +24,10 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from localkube.cluster import LocalKube
-
-if TYPE_CHECKING:
-    from localkube.h2front import H2Front
 
 CONN_ID = "kubernetes_default"
 
@@ -116,18 +110,3 @@ else:
         async with cluster:
             cluster.write_kubeconfig(tmp_path / "localkube.kubeconfig")
             yield cluster
-
-    @pytest_asyncio.fixture
-    async def h2_localkube(localkube_async: LocalKube, tmp_path: Path) -> AsyncIterator[H2Front]:
-        """An HTTP/2 front (TLS with a self-signed certificate, ``.certificate``) to ``localkube_async``, with
-        a kubeconfig that trusts it at ``.kubeconfig`` (``h2front.kubeconfig`` under tmp_path); closed after
-        the test."""
-        from localkube.h2front import H2Front  # h2 loads only for the tests that ask for it
-
-        front = H2Front(localkube_async.url)
-        await front.start()
-        front.write_kubeconfig(tmp_path / "h2front.kubeconfig", localkube_async.token)
-        try:
-            yield front
-        finally:
-            await front.close()
