@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 
@@ -20,9 +21,19 @@ def stamp_key(stamp: str) -> int | None:
     match = _STAMP.match(stamp)
     if match is None:
         return None
-    zone = "+00:00" if match[3] == "Z" else match[3]
-    seconds = int(datetime.fromisoformat(match[1] + zone).timestamp())
-    return seconds * 1_000_000_000 + int((match[2] or "").ljust(9, "0"))
+    return _epoch_seconds(match[1], match[3]) * 1_000_000_000 + int((match[2] or "").ljust(9, "0"))
+
+
+# A log's lines come many to a second: each second is parsed and formatted once (what a busy follow spends
+# most of its time on otherwise).
+@lru_cache(maxsize=256)
+def _epoch_seconds(moment: str, zone: str) -> int:
+    return int(datetime.fromisoformat(moment + ("+00:00" if zone == "Z" else zone)).timestamp())
+
+
+@lru_cache(maxsize=256)
+def _second_text(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def split_stamp(line: str) -> tuple[int | None, str]:
@@ -35,8 +46,7 @@ def split_stamp(line: str) -> tuple[int | None, str]:
 def stamp_text(key: int) -> str:
     """A timestamp key as the ISO text of a log record's ``timestamp`` (microseconds, ``Z``)."""
     seconds, nanos = divmod(key, 1_000_000_000)
-    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=nanos // 1000)
-    return moment.isoformat().replace("+00:00", "Z")
+    return f"{_second_text(seconds)}.{nanos // 1000:06d}Z"
 
 
 class LogCursor:
