@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -61,7 +62,6 @@ class FollowedPod:
         "said",
         "stream",
         "tail",
-        "tail_lines",
         "task",
         "uid",
         "unread",
@@ -91,10 +91,7 @@ class FollowedPod:
         self.restarts_read: int | None = None  # restartCount when we last caught up on instances
         # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
         self.unread: str | None = "its log was not read"
-        self.tail_lines = tail
-        # Its last tail_lines lines joined by newlines (None: none yet): one string, not a string per line
-        # (about 50 bytes each besides the text) in a list.
-        self.tail: str | None = None
+        self.tail: deque[str] = deque(maxlen=max(tail, 0))  # its last lines
         self.task: asyncio.Task[None] | None = None  # its follow
         self.stream: LogStream | None = None  # the open log stream
         self.said = False  # the open stream emitted a line
@@ -145,17 +142,6 @@ class FollowedPod:
             self.waiter = None
             if timer is not None:
                 timer.cancel()
-
-    def add_to_tail(self, text: str) -> None:
-        if self.tail_lines <= 0:
-            return
-        tail = text if self.tail is None else f"{self.tail}\n{text}"
-        if (breaks := tail.count("\n")) >= self.tail_lines:
-            tail = tail.split("\n", breaks - self.tail_lines + 1)[-1]
-        self.tail = tail
-
-    def tail_list(self) -> list[str]:
-        return [] if self.tail is None else self.tail.split("\n")
 
     @property
     def read_to_end(self) -> bool:

@@ -128,16 +128,16 @@ class ReplicaLogStreamer:
     def tail(self, pod_name: str) -> list[str]:
         """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
         pod = self._pods.get(pod_name)
-        return pod.tail_list() if pod is not None else []
+        return list(pod.tail) if pod is not None else []
 
     def saved_tails(self) -> dict[str, dict[str, Any]]:
         """The last lines of the followed pods, bounded for saving (:data:`SAVED_TAIL_PODS` pods,
         ``tail_lines`` lines each cut at :data:`SAVED_LINE_CHARS` characters):
         ``{pod: {"replica", "lines"}}``."""
         return {
-            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail_list()]}
+            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail]}
             for name, pod in list(self._pods.items())[:SAVED_TAIL_PODS]
-            if pod.tail is not None
+            if pod.tail
         }
 
     @property
@@ -407,7 +407,7 @@ class ReplicaLogStreamer:
             followed.discard(pod)
 
     def _emit(self, pod: FollowedPod, text: str, key: int | None = None) -> None:
-        pod.add_to_tail(text)
+        pod.tail.append(text)
         self.emitted += 1
         mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""
         if self.pod_times and key is not None:
