@@ -7,7 +7,8 @@ running, so every reader is a follow (``follow=true``). Each reader starts once 
 same backlog for each) and is timed from its start until the marker line comes out of it:
 
 - ``kubectl logs -f``: kubectl built from the same Kubernetes module as the real tier
-  (scripts/realkube/build.sh builds it into the same folder), its output read and dropped;
+  (scripts/realkube/build.sh builds it into the same folder), its output read and dropped; and again with
+  ``--timestamps``, the request the provider makes (each line with its kubelet time, the cursor's key);
 - the provider: a ``ReplicaLogStreamer`` (what the trigger runs) following the Master replica, each line
   written by ``logging`` to a file as the trigger's task log gets it (prefix, the kubelet's timestamp);
 - the same on the baseline tree (``--baseline``, default the commit before issue 28, checked out once into
@@ -150,10 +151,10 @@ def measure_provider(tree: Path, kubeconfig: Path, task_log: Path | None) -> tup
 # -- kubectl -------------------------------------------------------------------------------------------------
 
 
-def measure_kubectl(kubectl: Path, kubeconfig: Path, pod: str) -> tuple[float, int]:
+def measure_kubectl(kubectl: Path, kubeconfig: Path, pod: str, *options: str) -> tuple[float, int]:
     """``kubectl logs -f`` of the pod; its output read in large pieces and dropped (as into /dev/null) until
     the marker line; (seconds, lines)."""
-    args = [str(kubectl), "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, "logs", "-f", pod]
+    args = [str(kubectl), "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, "logs", "-f", *options, pod]
     start = time.perf_counter()
     process = subprocess.Popen(args, stdout=subprocess.PIPE)
     assert process.stdout is not None
@@ -219,7 +220,11 @@ def main() -> None:
 
         cluster.wait_for(written, 600)
         readers: dict[str, Callable[[], tuple[float, int]]] = {
-            "kubectl logs -f": lambda: measure_kubectl(kubectl, cluster.kubeconfig, pod)
+            "kubectl logs -f": partial(measure_kubectl, kubectl, cluster.kubeconfig, pod),
+            # What the provider asks for: each line with its kubelet timestamp (the cursor's key).
+            "kubectl logs -f --timestamps": partial(
+                measure_kubectl, kubectl, cluster.kubeconfig, pod, "--timestamps"
+            ),
         }
         for name, tree in trees.items():
             readers[f"provider, {name}: task log"] = partial(
