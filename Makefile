@@ -79,6 +79,7 @@ bench-real: $(STAMP)
 	bin=$$(nice -n 10 scripts/realkube/build.sh) && \
 	REALKUBE_BIN=$$bin $(BIN)/python benchmarks/scale.py --server real --jobs 1000 && \
 	REALKUBE_BIN=$$bin $(BIN)/python benchmarks/scale.py --server real --jobs 1000 --end replicas
+	REALKUBE_BIN=$$(nice -n 10 scripts/realkube/build.sh) $(BIN)/python benchmarks/log_throughput.py
 
 clean:
 	rm -rf $(VENV) .demo

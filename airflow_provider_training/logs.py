@@ -4,43 +4,32 @@ Pods are discovered through the watch hub (one shared pod watch per namespace), 
 as its container has started. "All replicas" are the pods of the kind's pod selector and its extra selectors;
 every selected pod must also pass the kind's ``owns_pod`` (some APIs put no job name on their pods).
 
-Lines are read with timestamps; a per-pod cursor (the last timestamp emitted and how many lines carried it)
-makes every re-read, after a dropped connection or a container restart, resume without loss or duplicates.
-The previous instance of a restarted container is read before the new one.
+Each pod is followed by a task of its own (``log_follow``), which resumes from the pod's cursor
+(``log_cursor``) without loss or duplicates. Stopping cancels the follows, waits for them a bounded time, and
+reads once more what each started pod wrote since its last emitted line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
-import re
 import resource
-import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from airflow_provider_training.hooks.errors import KubeApiError
-from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
-from airflow_provider_training.hooks.transport import LineStream
 from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
 from airflow_provider_training.kinds.selectors import parse_selector, selects
+from airflow_provider_training.log_cursor import stamp_text
+from airflow_provider_training.log_follow import TERMINAL_PHASES, FollowedPod, PodFollower, pod_uid
 from airflow_provider_training.watch import DELETED, WatchEvent, WatchHub
 
 log = logging.getLogger(__name__)
 
 ReplicaChoice = Literal["deciding", "master", "all"] | Sequence[str]
 
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
-_TERMINAL_PHASES = ("Succeeded", "Failed")
-# A backlog (thousands of lines at once) is parsed and emitted in steps of at most this long, and the read
-# text split in pieces of about this many characters: the triggerer's other triggers run in between.
-STEP_SECONDS = 0.02
-PIECE_CHARS = 1 << 16
 REPEAT_MARK = "(may repeat) "  # a line a triggerer killed without notice may have emitted already
 # What :meth:`ReplicaLogStreamer.saved_tails` keeps for the Training tab once pods are gone (bounded: it is
 # saved with the log position).
@@ -51,7 +40,9 @@ FOLLOW_STOP_SECONDS = 5.0
 
 # The pods followed live on each event loop (one open log stream each, a socket and an API server
 # connection), by every streamer of that loop: what ``max_streams`` counts.
-_followed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[_Pod]] = weakref.WeakKeyDictionary()
+_followed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[FollowedPod]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def default_stream_limit() -> int:
@@ -66,226 +57,6 @@ def default_stream_limit() -> int:
 def followed_pods() -> int:
     """How many pods the streamers of the running loop follow live now."""
     return len(_followed.get(asyncio.get_running_loop(), ()))
-
-
-def stamp_key(stamp: str) -> int | None:
-    """An RFC 3339 (nano) timestamp as integer nanoseconds since the epoch; ``None`` if it is not one."""
-    match = _STAMP.match(stamp)
-    if match is None:
-        return None
-    zone = "+00:00" if match[3] == "Z" else match[3]
-    seconds = int(datetime.fromisoformat(match[1] + zone).timestamp())
-    return seconds * 1_000_000_000 + int((match[2] or "").ljust(9, "0"))
-
-
-def split_stamp(line: str) -> tuple[int | None, str]:
-    """``"<timestamp> text"`` (``timestamps=true``) into the timestamp key and the text."""
-    stamp, _, text = line.partition(" ")
-    key = stamp_key(stamp)
-    return (key, text) if key is not None else (None, line)
-
-
-def stamp_text(key: int) -> str:
-    """A timestamp key as the ISO text of a log record's ``timestamp`` (microseconds, ``Z``)."""
-    seconds, nanos = divmod(key, 1_000_000_000)
-    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=nanos // 1000)
-    return moment.isoformat().replace("+00:00", "Z")
-
-
-class LogCursor:
-    """How far a pod's log has been emitted: the last timestamp and how many emitted lines carry it.
-
-    ``[key, count]`` (:meth:`state`) is what a trigger persists, so that its next instance (after a triggerer
-    restart) resumes the pod's log where this one stopped.
-    """
-
-    __slots__ = ("count", "key")
-
-    def __init__(self, state: Sequence[int] | None = None) -> None:
-        self.key: int | None = int(state[0]) if state else None
-        self.count = int(state[1]) if state else 0
-
-    def state(self) -> list[int] | None:
-        return None if self.key is None else [self.key, self.count]
-
-    def since(self) -> datetime | None:
-        """Where a re-read starts (the API takes whole seconds; :meth:`session` drops what was emitted)."""
-        if self.key is None:
-            return None
-        return datetime.fromtimestamp(self.key // 1_000_000_000, UTC)
-
-    def session(self) -> Callable[[int | None], bool]:
-        """A filter for one read from :meth:`since`: ``True`` for each line not emitted before."""
-        return _Session(self)
-
-
-class _Session:
-    """:meth:`LogCursor.session`'s filter: an object of four slots, not a closure with its cells (a followed
-    pod holds one for as long as its stream is open)."""
-
-    __slots__ = ("cursor", "repeats", "start_count", "start_key")
-
-    def __init__(self, cursor: LogCursor) -> None:
-        self.cursor = cursor
-        self.start_key, self.start_count = cursor.key, cursor.count
-        self.repeats = 0
-
-    def __call__(self, key: int | None) -> bool:
-        if key is None:
-            return True
-        start_key, cursor = self.start_key, self.cursor
-        if start_key is not None and key <= start_key:
-            if key < start_key:
-                return False
-            self.repeats += 1
-            if self.repeats <= self.start_count:
-                return False
-        if cursor.key is None or key > cursor.key:
-            cursor.key, cursor.count = key, 1
-        else:
-            cursor.count += 1
-        return True
-
-
-class _Pod:
-    """What the streamer knows about one followed pod (slots: a triggerer follows thousands).
-
-    Of the pod object only what the follow reads is kept (a pod as the hub hands it is some 3 KiB of dicts):
-    its uid, phase, and its container's state and restarts. While its log stream is open and silent the pod
-    has no task: the stream holds the one callback that starts one (``_Follow``) when lines come.
-    """
-
-    __slots__ = (
-        "changed",
-        "container",
-        "cursor",
-        "deleted",
-        "done",
-        "has_run",
-        "name",
-        "owner",
-        "phase",
-        "prefix",
-        "replica_type",
-        "restarts",
-        "restarts_read",
-        "running",
-        "said",
-        "session",
-        "stream",
-        "tail",
-        "tail_lines",
-        "task",
-        "uid",
-        "unread",
-        "waiter",
-    )
-
-    def __init__(
-        self,
-        owner: ReplicaLogStreamer,
-        name: str,
-        replica: ReplicaPod,
-        container: str,
-        pod: dict[str, Any],
-        tail: int,
-        cursor: Sequence[int] | None = None,
-    ) -> None:
-        self.owner = owner
-        self.name = name
-        self.replica_type = replica.replica_type
-        self.prefix = f"[{replica_label(replica)}] "
-        self.container = container
-        self.uid = _uid(pod)
-        self.see(pod)
-        self.deleted = False
-        self.changed = False  # updated since the follow last looked (see wait_change)
-        self.waiter: asyncio.Future[None] | None = None  # while the follow waits for a change
-        self.cursor = LogCursor(cursor)
-        self.restarts_read: int | None = None  # restartCount when we last caught up on instances
-        # Why lines of this pod may not have been emitted (None: the last read reached the end of its log).
-        self.unread: str | None = "its log was not read"
-        self.tail_lines = tail
-        # Its last tail_lines lines joined by newlines (None: none yet): one string, not a string per line
-        # (about 50 bytes each besides the text) in a list.
-        self.tail: str | None = None
-        self.task: asyncio.Task[None] | None = None  # while the follow runs (not while its stream is silent)
-        self.stream: LineStream | None = None  # the open log stream
-        self.session: Callable[[int | None], bool] | None = None  # the open stream's cursor filter
-        self.said = False  # the open stream emitted a line
-        self.done = False  # the follow is over
-
-    def see(self, pod: Mapping[str, Any]) -> None:
-        """Keep what the follow reads of ``pod`` (the same pod, as read again)."""
-        status = pod.get("status") or {}
-        self.phase = str(status.get("phase") or "")
-        container: Mapping[str, Any] = {}
-        for found in status.get("containerStatuses") or []:
-            if found.get("name") == self.container:
-                container = found
-                break
-        state = container.get("state") or {}
-        self.running = bool(state.get("running"))
-        # Whether the container has started at some point (so it has a log to read).
-        self.has_run = bool(
-            state.get("running")
-            or state.get("terminated")
-            or (container.get("lastState") or {}).get("terminated")
-        )
-        self.restarts = int(container.get("restartCount") or 0)
-
-    def update(self, pod: dict[str, Any] | None) -> None:
-        if pod is None:
-            self.deleted = True
-        else:
-            self.see(pod)
-        self.changed = True
-        if self.waiter is not None:
-            _wake(self.waiter)
-
-    async def wait_change(self, timeout: float | None = None) -> None:
-        """Until the pod changes (or ``timeout`` s), unless it changed since ``changed`` was cleared.
-
-        The future is awaited itself, the timeout a timer that resolves it: not ``asyncio.wait_for``, which
-        on Python 3.11 returns normally when the task is cancelled just as the future completes (a change
-        and :meth:`ReplicaLogStreamer.stop` in the same step), so the follow went on to wait forever."""
-        if self.changed:
-            return
-        loop = asyncio.get_running_loop()
-        waiter = self.waiter = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _wake, waiter)
-        try:
-            await waiter
-        finally:
-            self.waiter = None
-            if timer is not None:
-                timer.cancel()
-
-    def add_to_tail(self, text: str) -> None:
-        if self.tail_lines <= 0:
-            return
-        tail = text if self.tail is None else f"{self.tail}\n{text}"
-        if (breaks := tail.count("\n")) >= self.tail_lines:
-            tail = tail.split("\n", breaks - self.tail_lines + 1)[-1]
-        self.tail = tail
-
-    def tail_list(self) -> list[str]:
-        return [] if self.tail is None else self.tail.split("\n")
-
-    @property
-    def read_to_end(self) -> bool:
-        """Whether every line of its container was read: its last read or stream reached the end of the log,
-        and the container, as last seen, neither runs nor restarted since (nothing more can come)."""
-        return self.unread is None and not self.running and self.restarts == (self.restarts_read or 0)
-
-    def __call__(self) -> None:
-        """Its silent stream has something (the stream's one callback: the pod itself, no closure)."""
-        self.owner._start(self)
-
-    @property
-    def label(self) -> str:
-        """The replica as its lines are prefixed: ``master-0``."""
-        return self.prefix.strip()[1:-1]
 
 
 class ReplicaLogStreamer:
@@ -335,37 +106,38 @@ class ReplicaLogStreamer:
         self.emit = emit
         self.tail_lines = tail_lines
         self.hub = hub
-        self.retry_interval = retry_interval
         self.resume = dict(resume or {})
         self.mark_until = mark_until
         self.pod_times = pod_times
         self.max_streams = max_streams
         self.emitted = 0  # lines emitted so far: tells a persister whether the cursors moved
-        self._pods: dict[str, _Pod] = {}
-        self._replaced: list[_Pod] = []  # earlier incarnations of a pod name, not read to their end
+        self._pods: dict[str, FollowedPod] = {}
+        self._replaced: list[FollowedPod] = []  # earlier incarnations of a pod name, not read to their end
         self._gaps: list[str] = []
         self._runner: asyncio.Task[Any] | None = None
-        self._context: contextvars.Context | None = None  # run()'s: where each follow runs and emits
         self._stopping = False
         self._finished = False
         self._finish_waiter: asyncio.Future[None] | None = None  # made by stop() only (an Event is 0.7 KiB)
         self._chosen = False
         self._narrowed = False  # following only the deciding replica (chosen so, or past max_streams)
         self.note = note or emit
+        self._follower = PodFollower(
+            hook, namespace, emit=self._emit, note=self.note, retry_interval=retry_interval
+        )
 
     def tail(self, pod_name: str) -> list[str]:
         """The last lines seen from ``pod_name`` (without prefixes), oldest first."""
         pod = self._pods.get(pod_name)
-        return pod.tail_list() if pod is not None else []
+        return list(pod.tail) if pod is not None else []
 
     def saved_tails(self) -> dict[str, dict[str, Any]]:
         """The last lines of the followed pods, bounded for saving (:data:`SAVED_TAIL_PODS` pods,
         ``tail_lines`` lines each cut at :data:`SAVED_LINE_CHARS` characters):
         ``{pod: {"replica", "lines"}}``."""
         return {
-            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail_list()]}
+            name: {"replica": pod.label, "lines": [line[:SAVED_LINE_CHARS] for line in pod.tail]}
             for name, pod in list(self._pods.items())[:SAVED_TAIL_PODS]
-            if pod.tail is not None
+            if pod.tail
         }
 
     @property
@@ -404,11 +176,7 @@ class ReplicaLogStreamer:
             # from its watch's task, started in whichever trigger's context subscribed first: the event is
             # handled in this run's context, so that what it writes, and the follow tasks it starts, are this
             # trigger's (a triggerer routes a record to a task's log by the writing task's context).
-            context = self._context = contextvars.copy_context()
-            # The hook's transport made once here, not by the first follows together (they would wait on its
-            # lock, which then keeps a deque of waiters); a failure is the follows' to report, as before.
-            with contextlib.suppress(Exception):
-                await self.hook.transport()
+            context = contextvars.copy_context()
             failed: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
             def deliver(item: WatchEvent | BaseException) -> None:
@@ -471,11 +239,13 @@ class ReplicaLogStreamer:
 
     def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
         known = self._pods.get(pod["metadata"]["name"])
-        if known is not None and (type_ == DELETED or _uid(pod) == known.uid):
+        if known is not None and (type_ == DELETED or pod_uid(pod) == known.uid):
             known.update(None if type_ == DELETED else pod)
         elif type_ != DELETED and self._admit(pod) and (state := self._track(pod)) is not None:
-            _followed.setdefault(asyncio.get_running_loop(), set()).add(state)
-            self._start(state)
+            loop = asyncio.get_running_loop()
+            _followed.setdefault(loop, set()).add(state)
+            # In the context this is called in, run()'s: what the follow emits is the trigger's.
+            state.task = loop.create_task(self._follow(state), name=f"logs {state.name}")
 
     def _admit(self, pod: dict[str, Any]) -> bool:
         """Whether to follow a new pod; past the loop's stream limit, narrow to the deciding replica first."""
@@ -507,7 +277,7 @@ class ReplicaLogStreamer:
         hub = self.hub or WatchHub.shared()
         return hub.cached(self.hook, self.kind.resource, self.namespace, self.job_name)
 
-    def _track(self, pod: dict[str, Any]) -> _Pod | None:
+    def _track(self, pod: dict[str, Any]) -> FollowedPod | None:
         """Start keeping state for a chosen replica pod (a new one, or a new incarnation of a name)."""
         name = pod["metadata"]["name"]
         if not self.kind.owns_pod(self.job_name, pod):
@@ -516,8 +286,9 @@ class ReplicaLogStreamer:
         if not self._wanted(pod, replica.replica_type):
             return None
         container = container_name(pod, self.kind.default_container)
-        resumed = self.resume.get(_uid(pod) or name)
-        state = _Pod(self, name, replica, container, pod, self.tail_lines, resumed)
+        resumed = self.resume.get(pod_uid(pod) or name)
+        label = replica_label(replica)
+        state = FollowedPod(name, replica.replica_type, label, container, pod, self.tail_lines, resumed)
         known = self._pods.get(name)
         if known is not None:  # deleted and created again under the same name (operators recreate pods)
             known.update(None)
@@ -530,9 +301,6 @@ class ReplicaLogStreamer:
         """Cancel the follows and wait for them to end, at most :data:`FOLLOW_STOP_SECONDS`: one that has
         not ended by then is left behind with a warning, so stopping never waits on a follow forever."""
         pods = list(self._pods.values())
-        for pod in pods:  # no stream wakes its follow from now on
-            if pod.stream is not None:
-                pod.stream.close()
         following = {pod.task: pod for pod in pods if pod.task is not None and not pod.task.done()}
         for task in following:
             task.cancel()
@@ -593,9 +361,7 @@ class ReplicaLogStreamer:
             for pod in self._pods.values()
             if not pod.deleted and (chosen is None or pod.replica_type.lower() in chosen)
         ]
-        return len(tracked) >= desired and all(
-            pod.has_run or pod.phase in _TERMINAL_PHASES for pod in tracked
-        )
+        return len(tracked) >= desired and all(pod.has_run or pod.phase in TERMINAL_PHASES for pod in tracked)
 
     async def _flush(self) -> None:
         await self._choose()
@@ -610,14 +376,14 @@ class ReplicaLogStreamer:
                 self._gaps.append(f"the job's pods could not be listed for the last log read: {err}")
         for pod in listed:
             known = self._pods.get(pod["metadata"]["name"])
-            if known is not None and known.uid == _uid(pod):
+            if known is not None and known.uid == pod_uid(pod):
                 known.see(pod)
             else:
                 self._track(pod)
         started = [
             pod for pod in self._pods.values() if pod.has_run and not pod.deleted and not pod.read_to_end
         ]
-        await asyncio.gather(*(self._read(pod) for pod in started), return_exceptions=True)
+        await asyncio.gather(*(self._follower.read(pod) for pod in started), return_exceptions=True)
         for state in [*self._replaced, *self._pods.values()]:
             if state.has_run and state.unread is not None:
                 why = "the pod was deleted" if state.deleted else state.unread
@@ -625,185 +391,23 @@ class ReplicaLogStreamer:
 
     # -- one pod ---------------------------------------------------------------------------------------------
 
-    def _start(self, pod: _Pod) -> None:
-        """Run the pod's follow in a task (again, when its silent stream has something), in :meth:`run`'s
-        context: what it emits is the trigger's (a triggerer routes a record by the writing task's
-        context)."""
-        if pod.done or pod.task is not None:
-            return
-        context = self._context.copy() if self._context is not None else None
-        pod.task = asyncio.get_running_loop().create_task(
-            self._follow(pod), name=f"logs {pod.name}", context=context
-        )
+    async def _follow(self, pod: FollowedPod) -> None:
+        try:
+            await self._follower.follow(pod)
+        finally:
+            self._end(pod)
 
-    def _end(self, pod: _Pod) -> None:
-        """The pod's follow is over (ended, failed or cancelled): its stream closed, no longer counted."""
+    def _end(self, pod: FollowedPod) -> None:
+        """The pod's follow is over (ended, failed, cancelled or left behind): its stream closed, no longer
+        counted."""
         pod.done = True
-        if pod.stream is not None:
-            pod.stream.close()
-            pod.stream = None
+        pod.close_stream()
         followed = _followed.get(asyncio.get_running_loop())
         if followed is not None:
             followed.discard(pod)
 
-    async def _follow(self, pod: _Pod) -> None:
-        """The pod's follow task: its log streamed while its container runs, read when it stopped, until the
-        pod ends or goes. While its stream is open and silent there is no task: the task ends, and the stream
-        starts the next one when it has lines, its end or an error (``LineStream.call_when_ready``)."""
-        silent = False
-        try:
-            while True:
-                if pod.stream is not None:
-                    if await self._stream(pod):
-                        silent = True
-                        return
-                    await self._after_stream(pod)
-                    continue
-                if pod.deleted:
-                    return
-                pod.changed = False
-                if not pod.has_run:
-                    if pod.phase in _TERMINAL_PHASES:
-                        return  # it ended without ever starting this container
-                    await pod.wait_change()
-                    continue
-                await self._catch_up_restarts(pod, pod.restarts)
-                if not pod.running:
-                    if not pod.read_to_end:  # a stream that ended with the container read everything
-                        await self._read(pod)
-                    if pod.phase in _TERMINAL_PHASES:
-                        return
-                    await pod.wait_change()
-                    continue
-                if not await self._open(pod):
-                    await self._after_stream(pod)
-        except Exception as err:  # one pod's trouble must not end the others' streams
-            self.note(f"Stopped streaming the logs of pod {pod.name}: {err}")  # the task log's, not ours
-        finally:
-            pod.task = None  # a finished task keeps its coroutine and context
-            if not silent:
-                self._end(pod)
-
-    async def _catch_up_restarts(self, pod: _Pod, restarts: int) -> None:
-        """Read the previous instance first when the container restarted since we last looked."""
-        if restarts > (pod.restarts_read if pod.restarts_read is not None else 0):
-            await self._read(pod, previous=True)
-        pod.restarts_read = restarts
-
-    async def _open(self, pod: _Pod) -> bool:
-        """Open the pod's log stream from its cursor; ``False`` if it could not be, for now."""
-        pod.session = pod.cursor.session()
-        pod.said = False
-        pod.unread = "its log stream was interrupted"
-        try:
-            pod.stream = await self.hook.open_log(
-                self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
-            )
-        except Exception as err:
-            self._interrupted(pod, err)
-            return False
-        return True
-
-    async def _stream(self, pod: _Pod) -> bool:
-        """Emit the lines the pod's open stream has; ``True`` once it has no more for now (the stream calls
-        :meth:`_start` when it has), ``False`` when it ended (the container did) or broke."""
-        stream, fresh = pod.stream, pod.session
-        assert stream is not None and fresh is not None
-        step = _Steps()  # a backlog's next lines come without a suspension
-        try:
-            while True:
-                lines = await stream.lines()
-                if lines is None:
-                    break
-                for line in lines:
-                    key, text = split_stamp(line.decode("utf-8", errors="replace"))
-                    if fresh(key):
-                        self._emit(pod, text, key)
-                        pod.said = True
-                    await step.pause()
-        except Exception as err:
-            self._close_stream(pod)
-            self._interrupted(pod, err)
-            return False
-        except BaseException:
-            self._close_stream(pod)
-            raise
-        self._close_stream(pod)
-        pod.unread = None  # the stream ended with the container: everything it wrote was read
-        return False
-
-    def _close_stream(self, pod: _Pod) -> None:
-        if pod.stream is not None:
-            pod.stream.close()
-            pod.stream = None
-        pod.session = None
-
-    def _interrupted(self, pod: _Pod, err: Exception) -> None:
-        """A stream that could not be opened or broke: resumed later, unless the error says never."""
-        pod.unread = _unreadable(err)
-        if not _retry_later(err):
-            raise err
-        log.debug("Log stream of pod %s interrupted (%s); resuming", pod.name, err)
-
-    async def _after_stream(self, pod: _Pod) -> None:
-        """After a stream. One that ended with its container (nothing unread) usually ends before the
-        kubelet reports the container's end: the pod watch brings that (or a restart, or the pod's
-        deletion), so the pod is neither read nor followed again meanwhile. Only when the watch brings no
-        change within ``retry_interval``, or the stream broke, is the pod read again (gone, or another
-        incarnation: deleted); a running pod whose stream said nothing is not followed again before
-        ``retry_interval`` (or a change)."""
-        if pod.unread is None and not pod.deleted:
-            if pod.running:
-                pod.changed = False  # a change seen before the end is in what it says: still running
-                await pod.wait_change(self.retry_interval)
-            if pod.changed or not pod.running:
-                return
-        try:
-            fresh = await self.hook.get_pod(self.namespace, pod.name)
-        except Exception as err:
-            if not is_transient(err):
-                raise
-            await pod.wait_change(self.retry_interval)
-            return
-        if fresh is not None and _uid(fresh) == pod.uid:
-            pod.see(fresh)  # its own read: not a change to wake for
-        else:
-            pod.update(None)
-        running = fresh is not None and (fresh.get("status") or {}).get("phase") == "Running"
-        if not pod.said and running:
-            pod.changed = False
-            await pod.wait_change(self.retry_interval)  # nothing new: do not spin on a quiet one
-
-    async def _read(self, pod: _Pod, *, previous: bool = False) -> None:
-        fresh = pod.cursor.session()
-        try:
-            text = await self.hook.read_log(
-                self.namespace,
-                pod.name,
-                pod.container,
-                since_time=pod.cursor.since(),
-                previous=previous,
-                timestamps=True,
-            )
-        except Exception as err:
-            # After a follow that ended with the container (unread None) nothing is missing: a failed extra
-            # read, e.g. a 400 once the name belongs to the pod's next incarnation, loses no line.
-            if pod.unread is not None:
-                pod.unread = _unreadable(err)
-            if not _retry_later(err):
-                raise
-            return
-        if not previous:
-            pod.unread = None
-        step = _Steps()
-        for line in _lines(text):
-            key, body = split_stamp(line)
-            if fresh(key):
-                self._emit(pod, body, key)
-            await step.pause()
-
-    def _emit(self, pod: _Pod, text: str, key: int | None = None) -> None:
-        pod.add_to_tail(text)
+    def _emit(self, pod: FollowedPod, text: str, key: int | None = None) -> None:
+        pod.tail.append(text)
         self.emitted += 1
         mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""
         if self.pod_times and key is not None:
@@ -812,59 +416,12 @@ class ReplicaLogStreamer:
             self.emit(pod.prefix + mark + text)
 
 
-class _Steps:
-    """Ends the current step of the event loop once it has run ``STEP_SECONDS``."""
-
-    __slots__ = ("began",)
-
-    def __init__(self) -> None:
-        self.began = time.perf_counter()
-
-    async def pause(self) -> None:
-        if time.perf_counter() - self.began >= STEP_SECONDS:
-            await asyncio.sleep(0)
-            self.began = time.perf_counter()
-
-
-def _lines(text: str) -> Iterator[str]:
-    """``text.splitlines()``, split a piece of about ``PIECE_CHARS`` at a time (not all in one step)."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start + PIECE_CHARS)
-        end = len(text) if end < 0 else end + 1
-        yield from text[start:end].splitlines()
-        start = end
-
-
 def replica_label(replica: ReplicaPod) -> str:
     """How a replica's log lines are prefixed: ``worker-0``; replicas without an index (pods of a ReplicaSet
     or batch Job) are told apart by their pod names: ``<type> <pod name>``."""
     return replica.replica_type.lower() + (
         f" {replica.name}" if replica.index is None else f"-{replica.index}"
     )
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-def _retry_later(err: BaseException) -> bool:
-    """Errors after which a pod's log may be read later: not started (400), gone (404), transient."""
-    if isinstance(err, KubeApiError) and err.status in (400, 404):
-        return True
-    return is_transient(err)
-
-
-def _unreadable(err: BaseException) -> str:
-    """Why a log read failed, for the note on what could not be read."""
-    if isinstance(err, KubeApiError) and err.status == 404:
-        return "the pod was deleted"
-    return str(err) or type(err).__name__
-
-
-def _uid(pod: Mapping[str, Any]) -> str | None:
-    return (pod.get("metadata") or {}).get("uid")
 
 
 def container_name(pod: Mapping[str, Any], default: str) -> str:

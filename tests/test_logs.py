@@ -15,19 +15,14 @@ import pytest
 import pytest_asyncio
 from localkube.cluster import LocalKube
 
-from airflow_provider_training import logs
+from airflow_provider_training import log_follow, logs
 from airflow_provider_training.hooks import transport
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
+from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.logs import (
-    SAVED_LINE_CHARS,
-    LogCursor,
-    ReplicaLogStreamer,
-    split_stamp,
-    stamp_key,
-    stamp_text,
-)
+from airflow_provider_training.log_cursor import LogCursor, split_stamp, stamp_key, stamp_text
+from airflow_provider_training.log_follow import FollowedPod
+from airflow_provider_training.logs import SAVED_LINE_CHARS, ReplicaLogStreamer
 from airflow_provider_training.watch import WatchHub
 from tests.hooks.family_objects import (
     create_edl_children,
@@ -186,16 +181,15 @@ async def test_a_pod_is_followed_once_its_container_starts(env):
     assert all(r.status != 400 for r in log_requests(cluster, master))  # waited for the start, no guessing
 
 
-async def test_a_followed_pod_that_says_nothing_holds_its_stream_and_no_task(env):
-    """While a followed pod is silent its open stream holds the one callback that wakes its follow: no task,
-    no coroutine, and of the pod object only what the follow reads (not its dicts)."""
+async def test_a_followed_pod_that_says_nothing_holds_its_stream(env):
+    """While a followed pod is silent its one follow stays open and goes on when it writes again; of the pod
+    object the streamer keeps only what the follow reads (not its dicts)."""
     cluster, hook = env
     master = add_pod(cluster, "Master", 0)
     cluster.logs.write("default", master, C, "one\n")
     run = Streaming(hook)
     assert await run.wait_for(1) == ["[master-0] one"]
     pod = run.streamer._pods[master]
-    await until(lambda: pod.task is None)
     assert pod.stream is not None and not pod.done
     assert not [name for name in type(pod).__slots__ if isinstance(getattr(pod, name, None), dict)]
     cluster.logs.write("default", master, C, "two\n")  # the stream wakes it
@@ -295,7 +289,7 @@ async def test_a_stream_that_ends_before_the_kubelet_reports_the_end_is_not_open
     # retry_interval: the fallback read of the pod never comes first
     master, run = await following_master(*env, "last words", retry_interval=300)
     pod = run.streamer._pods[master]
-    await until(lambda: pod.task is None)  # the stream is open and silent
+    assert pod.stream is not None  # the stream is open and silent
     pods = rtype(cluster, PODS)
     status = cluster.store.get(pods, "default", master)["status"]
     not_ready = {**status, "conditions": [{"type": "Ready", "status": "False"}]}
@@ -850,7 +844,7 @@ async def test_a_backlog_is_handed_on_in_pieces_and_the_loop_runs_between_them(e
     between the pieces. ``STEP_SECONDS`` 0: every step of the emit loop is over its time after one line, so
     the longest the loop is held is one take, whatever the machine's speed."""
     cluster, hook = env
-    monkeypatch.setattr(logs, "STEP_SECONDS", 0.0)
+    monkeypatch.setattr(log_follow, "STEP_SECONDS", 0.0)
     loop = asyncio.get_running_loop()
     ticks = 0
     ticking = True
@@ -893,8 +887,7 @@ async def test_a_follow_cancelled_as_its_pod_changes_ends():
     stops the follows as the same event wakes them) ends. ``asyncio.wait_for`` lost that cancel on Python
     3.11, and the stopping streamer then waited for ever for the follow."""
     pod_object = {"metadata": {"name": "job-worker-0", "uid": "u1"}, "status": {"phase": "Running"}}
-    replica = ReplicaPod("Worker", 0, "job-worker-0")
-    pod = logs._Pod(None, "job-worker-0", replica, "main", pod_object, 0)  # type: ignore[arg-type]
+    pod = FollowedPod("job-worker-0", "Worker", "worker-0", "main", pod_object, 0)
     follow = asyncio.create_task(pod.wait_change(60))
     await asyncio.sleep(0)  # it waits for a change
 

@@ -28,7 +28,8 @@ from airflow_provider_training import naming
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.kinds.base import JobKind, RawObject
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.logs import LogCursor, container_name, replica_label
+from airflow_provider_training.log_cursor import LogCursor
+from airflow_provider_training.logs import container_name, replica_label
 from airflow_provider_training.plugins import ui_logs, ui_views
 from airflow_provider_training.plugins.ui_cluster import (
     HOOKS,

@@ -29,7 +29,7 @@ from typing import Any
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.logs import LogCursor, split_stamp, stamp_text
+from airflow_provider_training.log_cursor import LogCursor, split_stamp, stamp_text
 from airflow_provider_training.plugins.ui_cluster import describe_failure
 
 LISTENER_LINES = 10_000

@@ -1,6 +1,6 @@
 """Where a deferred task's replica logs stopped, kept in its task instance's XCom across triggerer restarts.
 
-A trigger's streamer keeps a cursor per pod (:class:`~airflow_provider_training.logs.LogCursor`).
+A trigger's streamer keeps a cursor per pod (:class:`~airflow_provider_training.log_cursor.LogCursor`).
 :class:`LogPosition` saves those cursors under the XCom key ``training_log_position`` of the trigger's own
 task instance, through the Task SDK comms the triggerer gives triggers (``XCom.aset`` / ``XCom.aget_one``),
 so the trigger instance a restarted (or another) triggerer starts goes on after the last line instead of
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_training.logs import stamp_text
+from airflow_provider_training.log_cursor import stamp_text
 
 XCOM_KEY = "training_log_position"
 Tails = Callable[[], dict[str, Any] | None]

@@ -17,7 +17,8 @@ import pytest
 from kubernetes import client, config
 from localkube.cluster import LocalKube
 
-from airflow_provider_training.logs import REPEAT_MARK, split_stamp, stamp_text
+from airflow_provider_training.log_cursor import split_stamp, stamp_text
+from airflow_provider_training.logs import REPEAT_MARK
 from tests.e2e.conftest import Airflow
 
 pytestmark = pytest.mark.timeout(900)  # a busy machine: the first test also starts the deployment

@@ -121,7 +121,7 @@ def deaf_follows(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asynci
     """Make a follow's wait for its pod's next change swallow every cancellation: a follow that does not end
     when stopped. Returns ``(entered, release)``: set once a follow is in that wait; set it to let the follow
     end (as the cancellation it swallowed would have ended it)."""
-    from airflow_provider_training import logs
+    from airflow_provider_training.log_follow import FollowedPod
 
     entered, release = asyncio.Event(), asyncio.Event()
 
@@ -132,5 +132,5 @@ def deaf_follows(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asynci
                 await release.wait()
         raise asyncio.CancelledError
 
-    monkeypatch.setattr(logs._Pod, "wait_change", deaf_to_cancel)
+    monkeypatch.setattr(FollowedPod, "wait_change", deaf_to_cancel)
     return entered, release
