@@ -376,8 +376,7 @@ def hub_cache_lines(triggers: int) -> list[str]:
 
 
 def deep_size(value: Any, seen: set[int]) -> int:
-    """``sys.getsizeof`` of ``value`` and of everything it holds (JSON-shaped, or a record with
-    ``__slots__`` such as ``slim.Packed``), each object once."""
+    """``sys.getsizeof`` of ``value`` and of everything it holds (JSON-shaped), each object once."""
     if id(value) in seen:
         return 0
     seen.add(id(value))
@@ -386,8 +385,6 @@ def deep_size(value: Any, seen: set[int]) -> int:
         size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in value.items())
     elif isinstance(value, list | tuple):
         size += sum(deep_size(v, seen) for v in value)
-    elif slots := getattr(type(value), "__slots__", ()):
-        size += sum(deep_size(getattr(value, name), seen) for name in slots if hasattr(value, name))
     return size
 
 
@@ -442,6 +439,8 @@ def time_log_stops() -> None:
     is not changed."""
     from airflow_provider_training.logs import ReplicaLogStreamer
 
+    if not hasattr(ReplicaLogStreamer, "_read"):
+        return  # a streamer without this step: its stop() is not split
     stop, read = ReplicaLogStreamer.stop, ReplicaLogStreamer._read
     reads: dict[int, list[float]] = {}
 
@@ -483,7 +482,16 @@ def run_triggers(args: argparse.Namespace) -> None:
         time_log_stops()
     gc.collect()
     profiler = Profiler(Path(args.profile)) if args.profile else None
-    send("ready", t=time.monotonic(), import_s=imported - BOOTED, rss_kb=rss_kb(), cpu_s=cpu_seconds())
+    import airflow_provider_training
+
+    send(
+        "ready",
+        t=time.monotonic(),
+        import_s=imported - BOOTED,
+        rss_kb=rss_kb(),
+        cpu_s=cpu_seconds(),
+        provider=airflow_provider_training.__file__,
+    )
     if sys.stdin.readline().strip() != "go":
         return
     runner = Runner(triggers, handler, args)
