@@ -17,7 +17,7 @@ from airflow_provider_training.kinds.selectors import LabelTerm, labels_satisfy
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True)
 class WatchEvent:
     """One change as a subscriber sees it: ``ADDED``, ``MODIFIED`` or ``DELETED`` and the object, trimmed
     (:func:`~airflow_provider_training.slim.trim`). The object is the hub's own, shared by every subscriber:

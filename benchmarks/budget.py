@@ -61,6 +61,8 @@ class Row:
     latencies: list[float] = field(default_factory=list)  # observed -> event, s
     events: int = 0
     stall_s: float = float("nan")
+    flip_lag_s: float = float("nan")  # the longest loop lag while the events came
+    flip_gc_s: float = float("nan")  # the longest garbage collection meanwhile
     notes: list[str] = field(default_factory=list)
 
 
@@ -144,11 +146,15 @@ def session(
         kb = (sorted(rss)[len(rss) // 2] - rss_before) / jobs if rss else float("nan")
         if flip:
             names = [f"{args.prefix}-{i:04d}" for i in range(jobs)]
+            flipped = time.monotonic()
             done = server.flip(observer, names, args.flip_rate)
             try:
                 child.expect("done", jobs / args.flip_rate + args.event_timeout)
             except TimeoutError:
                 row.notes.append(f"{jobs - len(child.events)} events missing after the flips")
+            after = [s for s in child.samples if s["t"] >= flipped]
+            row.flip_lag_s = max((s["lag"] for s in after), default=float("nan"))
+            row.flip_gc_s = max((s.get("gc", float("nan")) for s in after), default=float("nan"))
             for event in list(child.events):
                 row.events += 1
                 if event["name"] in done.written and (seen := observer.observed.get(event["name"])):
@@ -218,6 +224,10 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
         print(
             f"{row.tree:<28} {row.kb:>7.1f} {row.kb_logs:>11.1f} {row.rps:>6.1f} {row.rps_logs:>10.1f} "
             f"{p99:>20.0f} {len(row.latencies):>5} {row.stall_s * 1000:>8.0f}"
+        )
+        print(
+            f"    {row.tree}: while the events came, the longest loop lag {row.flip_lag_s * 1000:.0f} ms, "
+            f"the longest garbage collection {row.flip_gc_s * 1000:.0f} ms"
         )
         for note in row.notes:
             print(f"    {row.tree}: {note}")

@@ -162,6 +162,9 @@ class Runner:
     def __init__(self, triggers: list[Any], handler: CountingSink, args: argparse.Namespace) -> None:
         self.triggers, self.handler, self.args = triggers, handler, args
         self.lag_max = 0.0
+        self.gc_max = 0.0  # the longest garbage collection since the last sample, s
+        self.gc_began = 0.0
+        gc.callbacks.append(self.time_collection)
         self.events = 0
         self.stop = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -178,6 +181,12 @@ class Runner:
         self.events += 1
         send("event", name=trigger.job_name, t=time.monotonic(), status=str(event.payload.get("status")))
 
+    def time_collection(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.gc_began = time.perf_counter()
+        else:
+            self.gc_max = max(self.gc_max, time.perf_counter() - self.gc_began)
+
     async def watch_lag(self) -> None:
         while True:
             before = time.monotonic()
@@ -188,12 +197,14 @@ class Runner:
         while True:
             await asyncio.sleep(self.args.sample)
             lag, self.lag_max = self.lag_max, 0.0
+            collection, self.gc_max = self.gc_max, 0.0
             send(
                 "sample",
                 t=time.monotonic(),
                 rss_kb=rss_kb(),
                 cpu_s=cpu_seconds(),
                 lag=lag,
+                gc=collection,
                 records=self.handler.records,
                 lines=self.handler.replica_lines,
                 events=self.events,
