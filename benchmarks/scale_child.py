@@ -355,10 +355,10 @@ def part_of(files: list[str]) -> str:
             return "log streams"
         if provider + "logs.py" in name:
             return "log streamer (per pod: state, cursor, task)"
-        if provider + "watch.py" in name:
+        if provider + "watch.py" in name or provider + "subscribers.py" in name:
             return "hub subscriptions and index"
         if provider + "waiting.py" in name or provider + "kinds/" in name:
-            return "JobWaiter (its state, inbox, status, ticker entry)"
+            return "JobWaiter (its state, queue, status)"
         if provider in name:
             return "provider, other (trigger, hook, connection, off-loop import)"
         if "greenback" in name:
