@@ -2,16 +2,12 @@
 
 A triggerer holds a job and its pods per deferred task, so every field kept costs that many times over. The
 hub keeps what some reader of its objects reads (the kinds' status, pod and child functions, ``diagnostics``,
-the log streamer, the hub's own index) and drops the rest; then it shares repeated strings (:func:`compact`),
-and keeps each object packed (:class:`Packed`), not as dicts: decoded for a reader when it asks.
+the log streamer, the hub's own index) and drops the rest, and shares repeated strings (:func:`compact`).
 """
 
 from __future__ import annotations
 
-import marshal
 import sys
-import zlib
-from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_training.kinds.base import PODS, ResourceRef
@@ -115,83 +111,3 @@ def _compact_dict(mapping: dict[str, Any]) -> dict[str, Any]:
             value = [compact(item) for item in value]
         out[_intern(key)] = value
     return out
-
-
-# Each packed object is deflated against a preset dictionary: the first object packed of its family (a
-# resource, or an apiVersion and kind), kept for the life of the process. Objects of one resource share most
-# of their bytes (keys, label keys and values, owner references, condition types, timestamps), so a localkube
-# pod of 1.0-1.2 KB deflates to 100-270 B and a job of 950 B to 90 B, where deflate alone halves them
-# (``benchmarks/README.md``, "scale.py"). Raw deflate (no header or checksum: the bytes never leave the
-# process), level 1: 25 us to pack, 2-5 us more to unpack.
-_DICTIONARIES: dict[str, bytes] = {}
-_DICTIONARY_MAX = 32 * 1024  # deflate's window: a longer dictionary would be cut
-_WBITS = -15  # raw deflate, a 32 KiB window
-_LEVEL = 1
-
-
-def _dictionary(family: str, data: bytes) -> bytes:
-    """The preset dictionary of ``family``; ``data`` becomes it if the family has none yet."""
-    found = _DICTIONARIES.get(family)
-    if found is None:
-        found = _DICTIONARIES.setdefault(family, data[:_DICTIONARY_MAX])
-    return found
-
-
-class Packed:
-    """One watched object as the hub keeps it: its name, resourceVersion and labels (what the hub indexes and
-    routes by) and the whole object ``marshal``-led and deflated, unpacked for a reader (:meth:`unpack`).
-
-    ``family`` names what the object is one of (a ``ResourceRef.key``; by default its apiVersion and kind,
-    which the items of a LIST may lack): objects of one family share a preset dictionary, so a trimmed
-    localkube pod is kept in 100-270 B and a job in 90 B, against 2.7-3.7 KiB as dicts with shared strings.
-    ``marshal``
-    writes the strings :func:`compact` interned as interned, so :meth:`unpack` shares keys and short strings
-    again. Only what JSON decodes to is packed (dicts, lists, strings, numbers, booleans, ``None``); the bytes
-    never leave the process.
-    """
-
-    __slots__ = ("_data", "_dictionary", "_labels", "name", "resource_version")
-
-    def __init__(self, obj: Mapping[str, Any], family: str = "") -> None:
-        metadata = obj.get("metadata")
-        metadata = metadata if isinstance(metadata, dict) else {}
-        self.name = str(metadata.get("name", ""))
-        version = metadata.get("resourceVersion")
-        self.resource_version: str | None = None if version is None else str(version)
-        labels = metadata.get("labels")
-        # key, value, key, value...: a flat tuple is a third of a dict of the same labels
-        self._labels: tuple[str, ...] = (
-            tuple(item for pair in labels.items() for item in pair) if isinstance(labels, dict) else ()
-        )
-        data = marshal.dumps(obj if isinstance(obj, dict) else dict(obj))
-        self._dictionary = _dictionary(family or f"{obj.get('apiVersion')}/{obj.get('kind')}", data)
-        deflate = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, zdict=self._dictionary)
-        self._data = deflate.compress(data) + deflate.flush()
-
-    @property
-    def labels(self) -> dict[str, str]:
-        """``metadata.labels`` (a new dict)."""
-        flat = self._labels
-        return dict(zip(flat[::2], flat[1::2], strict=True))
-
-    def label(self, key: str) -> str | None:
-        """The value of one label (``None``: the object has no such label)."""
-        flat = self._labels
-        for i in range(0, len(flat), 2):
-            if flat[i] == key:
-                return flat[i + 1]
-        return None
-
-    def unpack(self) -> dict[str, Any]:
-        """The object, as a new dict each call (a reader may change its copy)."""
-        inflate = zlib.decompressobj(_WBITS, zdict=self._dictionary)
-        obj: dict[str, Any] = marshal.loads(inflate.decompress(self._data))
-        return obj
-
-    @property
-    def size(self) -> int:
-        """Bytes of the packed object (without the record, its labels and its family's dictionary)."""
-        return len(self._data)
-
-    def __repr__(self) -> str:
-        return f"Packed({self.name!r}, resourceVersion={self.resource_version!r}, {len(self._data)} B)"

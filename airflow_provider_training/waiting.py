@@ -12,14 +12,12 @@ The trigger runs it in the triggerer; the sync mode runs it on the worker's hook
 from __future__ import annotations
 
 import asyncio
-import functools
-import heapq
-import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from airflow_provider_training import diagnostics as diag
+from airflow_provider_training.explain import TAIL_LINES, Explainer
 from airflow_provider_training.job_wait import WaitOptions
 from airflow_provider_training.kinds.base import (
     PODS,
@@ -31,7 +29,7 @@ from airflow_provider_training.kinds.base import (
     parse_time,
 )
 from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
-from airflow_provider_training.slim import Packed
+from airflow_provider_training.restarts import RestartCounter
 
 if TYPE_CHECKING:
     from airflow_provider_training.hooks.kubeconfig import ServerClock
@@ -39,8 +37,9 @@ if TYPE_CHECKING:
     from airflow_provider_training.logs import ReplicaLogStreamer
     from airflow_provider_training.watch import Subscription, WatchEvent
 
+    Inbox = asyncio.Queue[tuple[str, Any]]
+
 T = TypeVar("T")
-TAIL_LINES = 20
 SUSPENDED_REMINDER_SECONDS = 300.0
 FIRST_STATE_GRACE = 5.0  # how long a passed deadline waits for the job's first state, to report it
 STOP_GRACE = 10.0  # how long past the deadline the last replica log lines may still be read
@@ -55,16 +54,6 @@ class Log(Protocol):
     def exception(self, msg: Any, /, *args: Any) -> Any: ...
 
 
-class _Restarts(NamedTuple):
-    """One replica pod's restarts as last seen: its uid, those of the earlier pods of its name (replaced by
-    the operator), its own, and the exit code its latest run failed with (``None``: not failed)."""
-
-    uid: str | None
-    earlier: int
-    own: int
-    exit_code: int | None
-
-
 class _Finished(Exception):
     def __init__(self, outcome: Outcome, message: str, job_status: JobStatus | None = None):
         super().__init__(message)
@@ -72,39 +61,7 @@ class _Finished(Exception):
 
 
 class JobWaiter:
-    """Waits for one job; :meth:`wait` returns the event.
-
-    A triggerer holds one per deferred task, so what it keeps while it waits is kept small: slots, no
-    container until it has something to hold, and one coroutine frame (:meth:`wait`'s) suspended between
-    events (``benchmarks/README.md``, "scale.py")."""
-
-    __slots__ = (
-        "_began",
-        "_clock",
-        "_clock_start",
-        "_created",
-        "_events_refused",
-        "_job",
-        "_last_message",
-        "_last_seen",
-        "_notes",
-        "_restarts",
-        "_started",
-        "_state",
-        "_streamer",
-        "_suspended_logged_at",
-        "_tick_entry",
-        "_warned",
-        "children",
-        "hook",
-        "kind",
-        "log",
-        "name",
-        "namespace",
-        "opts",
-        "seen_pods",
-        "uid",
-    )
+    """Waits for one job; :meth:`wait` returns the event."""
 
     def __init__(
         self,
@@ -117,35 +74,32 @@ class JobWaiter:
     ):
         self.hook, self.kind, self.name, self.namespace = hook, kind, name, namespace
         self.opts, self.log = options, log
-        # What it keeps of the job, its children and its pods is packed (as the watch hub keeps them, and
-        # the same records as the hub's while they are current): unpacked when read, not held as dicts.
-        self._job: Packed | None = None
+        # The job, its children and its pods as the watch hub handed them (shared with the hub: read-only).
+        self._job: RawObject | None = None
         self._created: str | None = None  # the job's creationTimestamp
         # The status children by resource key, then name (none for the kinds whose status is the job's own).
-        self.children: dict[str, dict[str, Packed]] = {
+        self.children: dict[str, dict[str, RawObject]] = {
             child.resource.key: {} for child in kind.children if child.needed_for_status
         }
         # The last state of every replica pod seen, kept after a cleanup policy deleted the pod.
-        self.seen_pods: dict[str, Packed] = {}
+        self.seen_pods: dict[str, RawObject] = {}
         self._state: JobState | None = None  # of the job as last evaluated (its status is read when asked)
         self.uid = options.uid
         self._started = False
         self._clock: ServerClock | None = None  # the API server's, for its timestamps (wait/conclude set it)
         self._clock_start: datetime | None = None
-        self._warned: dict[tuple[str, str], None] | None = None  # (pod, reason) warned of, once there is one
-        self._restarts: dict[str, _Restarts] | None = None  # by pod name, once one restarted or failed
-        self._last_seen: int | None = None  # the hash of the last logged (state, reason, replica counts)
+        self._warned: set[tuple[str, str]] = set()  # (pod, reason) warned of as stuck
+        limit = options.max_restarts
+        self._restarts = None if limit is None else RestartCounter(kind, limit)
+        self._last_seen: tuple[Any, ...] | None = None  # the last logged (state, reason, replica counts)
         self._last_message = ""
         self._suspended_logged_at: datetime | None = None
         self._streamer: ReplicaLogStreamer | None = None
         self._began = datetime.now(UTC)
-        self._notes: list[str] | None = None  # what could not be read, for the event, once there is some
-        self._events_refused = False
-        self._tick_entry: _TickEntry | None = None
+        self._notes: list[str] = []  # what could not be read, for the event
+        self._explainer = Explainer(hook, kind, name, namespace, log, self._note)
 
     def _note(self, note: str) -> None:
-        if self._notes is None:
-            self._notes = []
         self._notes.append(note)
 
     @property
@@ -154,20 +108,16 @@ class JobWaiter:
 
     @property
     def job(self) -> RawObject | None:
-        """The job as last seen (``None``: not yet), unpacked: a new dict each time."""
-        return None if self._job is None else self._job.unpack()
+        """The job as last seen (``None``: not yet)."""
+        return self._job
 
     async def wait(self) -> WaitEvent:
-        """The event; every API read of the wait retries transient failures until the deadline.
-
-        Between events this coroutine's frame is the wait's whole stack: it awaits the inbox itself, and
-        handles each event in :meth:`_handle`, a frame only while that runs (a chain of coroutines
-        suspended per waiting job was 1 KiB of a triggerer's memory per deferred task)."""
+        """The event; every API read of the wait retries transient failures until the deadline."""
         from airflow_provider_training.hooks.retry import retry_until
         from airflow_provider_training.watch import WatchHub
 
         with retry_until(self.opts.deadline):
-            inbox = _Inbox()
+            inbox: Inbox = asyncio.Queue()
             subscriptions: list[Subscription] = []
             streaming: asyncio.Task[None] | None = None
             try:
@@ -178,7 +128,7 @@ class JobWaiter:
                             self.hook,
                             resource,
                             self.namespace,
-                            inbox.deliver(tag),
+                            _deliver(inbox, tag),
                             scope=self.kind.pod_watch_selectors if resource == PODS else (),
                             **selection,
                         )
@@ -189,14 +139,7 @@ class JobWaiter:
                         self._streamer = self._log_streamer()
                     try:
                         while True:
-                            self._schedule_tick(inbox)
-                            while not inbox.items:
-                                inbox.waker = asyncio.get_running_loop().create_future()
-                                try:
-                                    await inbox.waker
-                                finally:
-                                    inbox.waker = None
-                            await self._handle(*inbox.items.pop(0))
+                            await self._handle(*await self._next(inbox))
                             # Follow once the job is known: the streamer finds its deciding replica in the
                             # job the hub now holds, instead of a GET per job when a triggerer starts N.
                             if streaming is None and self._streamer is not None and self._job is not None:
@@ -209,7 +152,6 @@ class JobWaiter:
                                 self._note(gap)
                         return await self._event(done)
                 finally:  # the streamer before the subscriptions close, each close awaited even if one fails
-                    self._stop_ticks()
                     try:
                         if streaming is not None:
                             streaming.cancel()
@@ -233,7 +175,7 @@ class JobWaiter:
                 if self.children:
                     listed = await self.hook.list_children(self.kind, self.name, self.namespace)
                     for key, objects in listed.items():
-                        self.children[key] = {_name(obj): Packed(obj, key) for obj in objects}
+                        self.children[key] = {_name(obj): obj for obj in objects}
                 await self._evaluate()
             except _Finished as done:
                 return await self._event(done)
@@ -296,25 +238,14 @@ class JobWaiter:
             await self._evaluate()
         self._check_time()
 
-    def _schedule_tick(self, queue: _Inbox) -> None:
-        """A ``tick`` within :meth:`_tick` seconds from the loop's shared ticker (one timer for every wait):
-        time-based checks run at least that often, watch events or not."""
-        loop = asyncio.get_running_loop()
-        due = loop.time() + self._tick()
-        if self._tick_entry is not None and self._tick_entry.when <= due:
-            return  # the one pending comes soon enough
-        self._stop_ticks()
-        # A partial, not a lambda: no function and closure cells kept per waiting job
-        self._tick_entry = _Ticker.of(loop).at(due, functools.partial(self._ticked, queue))
-
-    def _ticked(self, queue: _Inbox) -> None:
-        self._tick_entry = None
-        queue.put_nowait(("tick", None))
-
-    def _stop_ticks(self) -> None:
-        if self._tick_entry is not None:
-            self._tick_entry.cancel()
-            self._tick_entry = None
+    async def _next(self, inbox: Inbox) -> tuple[str, Any]:
+        """The next ``(tag, item)`` of the inbox, or a ``tick`` if none comes within :meth:`_tick` seconds:
+        the time-based checks run at least that often, watch events or not."""
+        try:
+            async with asyncio.timeout(self._tick()):
+                return await inbox.get()
+        except TimeoutError:
+            return "tick", None
 
     def _tick(self) -> float:
         """How long to wait for the next watch event; the first (the job as it is) gets a full interval."""
@@ -330,13 +261,12 @@ class JobWaiter:
                 return
             gone = "was deleted while waiting" if self._job is not None else "does not exist (any more)"
             raise _Finished(Outcome.DELETED, f"{self.label} {gone}", self.status)
-        self._take_job(obj, event.packed)
+        self._take_job(obj)
 
-    def _take_job(self, obj: RawObject, packed: Packed | None = None) -> None:
-        """Keep the job's latest state (``packed``: the same, as the hub keeps it); the first one is checked
-        against the target."""
+    def _take_job(self, obj: RawObject) -> None:
+        """Keep the job's latest state; the first one is checked against the target."""
         first = self._job is None
-        self._job, self.uid = packed or Packed(obj, self.kind.resource.key), self.uid or _uid(obj)
+        self._job, self.uid = obj, self.uid or _uid(obj)
         self._created = ((obj.get("metadata") or {}).get("creationTimestamp")) or None
         if first and (problem := self.kind.check_target(obj, self.opts.target)):
             raise _Finished(Outcome.ERROR, problem, None)
@@ -346,71 +276,32 @@ class JobWaiter:
         name = diag.pod_name(obj)
         if not self._record_pod(event):
             return
-        self._count_restarts(obj)
+        if self._restarts is not None and (failing := self._restarts.count(obj)):
+            raise _Finished(Outcome.FAILED, failing, self.status)
         if event.type == "DELETED":
             return
         if diag.pod_started(obj):
             self._started = True
         for reason, message in diag.stuck_reasons(obj):
-            if self._warned is None:
-                self._warned = {}
             if (name, reason) not in self._warned:
-                self._warned[name, reason] = None
+                self._warned.add((name, reason))
                 await self._warn_stuck(obj, reason, message)
-
-    def _count_restarts(self, pod: RawObject) -> None:
-        """Count the restarts of the pod's replica: its containers' ``restartCount``, plus, when the operator
-        replaced the pod under the same name, the earlier pod's, and one for the replacement of a failed one.
-        Ends the wait as failed once a replica whose latest run failed restarted more than ``max_restarts``
-        times: its job may never fail by itself (no ``backoffLimit``, or restarts it does not count)."""
-        limit = self.opts.max_restarts
-        if limit is None:
-            return
-        name, uid = diag.pod_name(pod), _uid(pod)
-        own, container, exit_code = diag.restarts(pod)
-        known = (self._restarts or {}).get(name)
-        earlier = 0 if known is None else known.earlier
-        if known is not None and known.uid != uid:
-            earlier += known.own + (known.exit_code is not None)
-            if not own and exit_code is None:
-                exit_code = known.exit_code  # not ended yet: the replica's latest run is the earlier pod's
-        if known is None and not own and exit_code is None:
-            return
-        if self._restarts is None:
-            self._restarts = {}
-        self._restarts[name] = _Restarts(uid, earlier, own, exit_code)
-        if exit_code is None or earlier + own <= limit:
-            return
-        replica = self.kind.replica_of_pod(pod)
-        where = replica.replica_type if replica.index is None else f"{replica.replica_type} {replica.index}"
-        container = container or self.kind.default_container
-        raise _Finished(
-            Outcome.FAILED,
-            f"replica {where} (pod {name}, container {container}) keeps failing: restarted {earlier + own} "
-            f"times, more than max_restarts={limit}; its last exit code was {exit_code}. The job itself has "
-            "not failed",
-            self.status,
-        )
 
     async def _warn_stuck(self, obj: RawObject, reason: str, message: str) -> None:
         pod = diag.pod_name(obj)
-        listed = await self._events_of(pod, "Pod", _uid(obj))
+        listed = await self._explainer.events_of(pod, "Pod", _uid(obj))
         events = diag.warning_events(listed, limit=5)
         lines = "".join(f"\n    {line}" for line in diag.format_events(events))
         self.log.warning("Replica pod %s of %s is stuck: %s: %s%s", pod, self.label, reason, message, lines)
 
     @property
     def status(self) -> JobStatus | None:
-        """The job's status as last seen (``None``: not yet), read from the kept job when asked: the wait
-        itself needs only the state between events, and a status kept per waiting job (its replica counts,
-        times and message) was some 0.7 KiB of a triggerer's memory per deferred task."""
+        """The job's status as last seen (``None``: not yet), read from the kept job."""
         job = self.job
         return None if job is None else self._read_status(job)
 
     def _read_status(self, job: RawObject) -> JobStatus:
-        children: dict[str, list[RawObject]] = {
-            k: [child.unpack() for child in v.values()] for k, v in self.children.items()
-        }
+        children = {key: list(objects.values()) for key, objects in self.children.items()}
         return self.kind.status(job, children, grace_seconds=self.opts.status_grace_period, now=self._now())
 
     def _now(self) -> datetime:
@@ -422,9 +313,7 @@ class JobWaiter:
         assert job is not None
         status = self._read_status(job)
         self._state = status.state
-        # Kept as a hash, not the tuple (two more ReplicaCounts per job); equal hashes of unequal tuples
-        # would skip one state line, at odds of one in 2**64.
-        seen = hash((status.state, status.reason, tuple(sorted(status.replicas.items()))))
+        seen = (status.state, status.reason, tuple(sorted(status.replicas.items())))
         if seen != self._last_seen:
             self._last_seen = seen
             why = f" ({status.reason}: {status.message})" if status.reason or status.message else ""
@@ -500,7 +389,7 @@ class JobWaiter:
             and not suspended
             and self._age() >= timeout
         ):
-            stuck = sorted({f"{pod}: {reason}" for pod, reason in self._warned or ()})
+            stuck = sorted({f"{pod}: {reason}" for pod, reason in self._warned})
             detail = f"; stuck replicas: {', '.join(stuck)}" if stuck else ""
             message = f"no replica pod started within {timeout:g}s{detail}"
             raise _Finished(Outcome.TIMEOUT, message, self.status)
@@ -570,18 +459,26 @@ class JobWaiter:
             try:  # the event goes out even if these reads fail
                 # The pods as they are now: the job may have ended before their watch events arrived.
                 listed = await self.hook.list_job_pods(self.kind, self.name, self.namespace)
-                seen = {name: pod.unpack() for name, pod in self.seen_pods.items()}
-                pods = {**seen, **{diag.pod_name(p): p for p in listed}}
+                pods = {**self.seen_pods, **{diag.pod_name(p): p for p in listed}}
                 event.pods = sorted(pods)
                 if not event.succeeded:
-                    await self._explain(event, list(pods.values()))
+                    await self._explainer.explain(
+                        event,
+                        list(pods.values()),
+                        job=self.job,
+                        uid=self.uid,
+                        status=self.status,
+                        warned=[pod for pod, _ in self._warned],
+                        created=self._created,
+                        streamer=self._streamer,
+                    )
             except Exception as exc:
                 self._note(f"the explanation is incomplete: {exc}")
                 self.log.warning("%s: the explanation is incomplete: %s", self.label, exc)
-        event.notes = self._notes or []  # with what the explanation could not read
+        event.notes = self._notes  # with what the explanation could not read
         return event
 
-    def _drain_pods(self, queue: _Inbox) -> None:
+    def _drain_pods(self, queue: Inbox) -> None:
         """Apply the pod events that arrived with the final job event."""
         while not queue.empty():
             tag, item = queue.get_nowait()
@@ -592,7 +489,7 @@ class JobWaiter:
         """Keep a watched pod's latest state if it is one of this job's replicas."""
         if not self.kind.owns_pod(self.name, event.object):
             return False
-        self.seen_pods[diag.pod_name(event.object)] = event.packed or Packed(event.object, PODS.key)
+        self.seen_pods[diag.pod_name(event.object)] = event.object
         return True
 
     def _all_pods_seen(self) -> bool:
@@ -600,82 +497,6 @@ class JobWaiter:
         status = self.status
         desired = status.desired_pods() if status is not None else None
         return desired is not None and len(self.seen_pods) >= desired
-
-    async def _explain(self, event: WaitEvent, pods: list[RawObject]) -> None:
-        """Failing replicas with exit codes, their last log lines, and the recent Warning events, from what
-        survives: the pods' last states (as listed now or as any watch saw them), what the job's status and
-        its own events record (pods may be gone: cleanPodPolicy, T9k), else the status' replica counts."""
-        job_events = await self._events_of(self.name, self.kind.kind, self.uid)
-        failures = diag.replica_failures(self.kind, pods)
-        job = self.job
-        recorded = self.kind.failed_replicas(job) if job is not None else []
-        for more in (recorded, self.kind.failures_in_events(self.name, job_events)):
-            known = {f.pod for f in failures}
-            failures += [f for f in more if f.pod not in known]
-        if not failures and (status := self.status) is not None:
-            failures = diag.counted_failures(self.kind, status, pods)
-        event.replica_failures = failures
-        by_name = {diag.pod_name(p): p for p in pods}
-        since = str(self._created or "")
-        events = list(job_events)
-        for pod in {f.pod for f in failures if f.pod} | {pod for pod, _ in self._warned or ()}:
-            if pod in by_name:
-                events.extend(await self._events_of(pod, "Pod", _uid(by_name[pod])))
-            else:  # never seen, so its uid is unknown: an earlier pod of that name is older than the job
-                listed = await self._events_of(pod, "Pod", None)
-                events.extend(e for e in listed if diag.event_time(e) >= since)
-        event.events = diag.warning_events(events)
-        for failure in failures:
-            if failure.pod and failure.pod not in by_name and failure.exit_code is None:
-                failure.exit_code_unknown = "the pod was deleted before it could be read"
-            if failure.pod:
-                lines, why = await self._tail(failure.pod, failure.container)
-                event.log_tail[failure.pod] = lines
-                if not lines and why:
-                    failure.log = why
-
-    async def _events_of(self, name: str, kind: str, uid: str | None) -> list[dict[str, Any]]:
-        """The events about one object. Events only explain: when the API refuses them (403: the Role has no
-        ``list`` on ``events``) or cannot serve them, the wait goes on without, with one warning and a note
-        on the event; what retrying may fix is raised as for any read."""
-        from airflow_provider_training.hooks.errors import KubeApiError
-        from airflow_provider_training.hooks.retry import is_transient
-
-        try:
-            return await self.hook.list_events(self.namespace, name, kind, uid=uid)
-        except KubeApiError as exc:
-            if is_transient(exc):
-                raise
-            if not self._events_refused:
-                self._events_refused = True
-                note = f"events could not be read: {exc}"
-                self.log.warning("%s: %s", self.label, note)
-                self._note(note)
-            return []
-
-    async def _tail(self, pod: str, container: str | None) -> tuple[list[str], str]:
-        """The failing replica's last lines, or none and why they could not be read."""
-        if self._streamer is not None and (seen := self._streamer.tail(pod)):
-            return list(seen)[-TAIL_LINES:], ""
-        from airflow_provider_training.hooks.errors import KubeApiError
-
-        why = ""
-        for previous in (False, True):
-            try:
-                text = await self.hook.read_log(
-                    self.namespace,
-                    pod,
-                    container or self.kind.default_container,
-                    tail_lines=TAIL_LINES,
-                    previous=previous,
-                )
-            except Exception as exc:
-                gone = isinstance(exc, KubeApiError) and exc.status == 404
-                why = why or ("the pod was deleted before its log could be read" if gone else str(exc))
-                continue
-            if text.strip():
-                return text.splitlines()[-TAIL_LINES:], ""
-        return [], why
 
     def identity(self) -> JobRef:
         return JobRef(self.name, self.namespace, self.uid, self.kind.kind, self.kind.api_version)
@@ -685,102 +506,13 @@ class JobWaiter:
 _HINTS = {401: " (refused again after reloading the credentials)"}
 
 
-class _Inbox:
-    """A waiter's queue of ``(tag, item)``: a list and, while the waiter waits, the one future it awaits (an
-    ``asyncio.Queue`` holds three deques and an Event: some 3 KiB per waiting job)."""
+def _deliver(inbox: Inbox, tag: str) -> Callable[[WatchEvent | BaseException], None]:
+    """A watch hub ``deliver`` that queues each event with ``tag``, and the error ending the watch."""
 
-    __slots__ = ("items", "waker")
+    def put(item: WatchEvent | BaseException) -> None:
+        inbox.put_nowait(("error", item) if isinstance(item, BaseException) else (tag, item))
 
-    def __init__(self) -> None:
-        self.items: list[tuple[str, Any]] = []
-        self.waker: asyncio.Future[None] | None = None
-
-    def put_nowait(self, item: tuple[str, Any]) -> None:
-        self.items.append(item)
-        if self.waker is not None and not self.waker.done():
-            self.waker.set_result(None)
-
-    def deliver(self, tag: str) -> Callable[[Any], None]:
-        """A watch hub ``deliver`` that queues each event with ``tag``, and the error ending the watch."""
-        return _Tagged(self, tag)
-
-    def get_nowait(self) -> tuple[str, Any]:
-        return self.items.pop(0)
-
-    def empty(self) -> bool:
-        return not self.items
-
-
-class _Tagged:
-    """:meth:`_Inbox.deliver`'s callable: a record of two references (a closure is a function, a cell and a
-    tuple, some 250 bytes, per subscription)."""
-
-    __slots__ = ("inbox", "tag")
-
-    def __init__(self, inbox: _Inbox, tag: str) -> None:
-        self.inbox, self.tag = inbox, tag
-
-    def __call__(self, item: Any) -> None:
-        self.inbox.put_nowait(("error", item) if isinstance(item, BaseException) else (self.tag, item))
-
-
-class _TickEntry:
-    __slots__ = ("callback", "cancelled", "when")
-
-    def __init__(self, when: float, callback: Callable[[], None]) -> None:
-        self.when, self.callback = when, callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        self.callback = _nothing  # let go of what it holds (a waiter's queue)
-
-    def __lt__(self, other: _TickEntry) -> bool:
-        return self.when < other.when
-
-
-def _nothing() -> None:
-    pass
-
-
-class _Ticker:
-    """One timer per event loop for every waiter's time-based checks, in place of a timer (and a task, as
-    ``wait_for`` makes) per waiter per step: entries in a heap, the loop's one timer set for the first."""
-
-    _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ticker] = weakref.WeakKeyDictionary()
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.heap: list[_TickEntry] = []
-        self.timer: asyncio.TimerHandle | None = None
-
-    @classmethod
-    def of(cls, loop: asyncio.AbstractEventLoop) -> _Ticker:
-        ticker = cls._of.get(loop)
-        if ticker is None:
-            ticker = cls._of[loop] = cls(loop)
-        return ticker
-
-    def at(self, when: float, callback: Callable[[], None]) -> _TickEntry:
-        entry = _TickEntry(when, callback)
-        heapq.heappush(self.heap, entry)
-        if self.timer is None or when < self.timer.when():
-            self._arm()
-        return entry
-
-    def _arm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = self.loop.call_at(self.heap[0].when, self._fire) if self.heap else None
-
-    def _fire(self) -> None:
-        self.timer = None
-        now = self.loop.time()
-        while self.heap and (self.heap[0].when <= now or self.heap[0].cancelled):
-            entry = heapq.heappop(self.heap)
-            if not entry.cancelled:
-                entry.callback()
-        self._arm()
+    return put
 
 
 async def _close_all(subscriptions: list[Subscription]) -> None:
@@ -800,12 +532,12 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def _apply(objects: dict[str, Packed], event: WatchEvent) -> None:
+def _apply(objects: dict[str, RawObject], event: WatchEvent) -> None:
     """Apply a watch event to a name -> object map."""
     if event.type == "DELETED":
         objects.pop(_name(event.object), None)
     else:
-        objects[_name(event.object)] = event.packed or Packed(event.object)
+        objects[_name(event.object)] = event.object
 
 
 def run_on(hook: TrainingJobHook, work: Coroutine[Any, Any, T]) -> T:

@@ -162,6 +162,9 @@ class Runner:
     def __init__(self, triggers: list[Any], handler: CountingSink, args: argparse.Namespace) -> None:
         self.triggers, self.handler, self.args = triggers, handler, args
         self.lag_max = 0.0
+        self.gc_max = 0.0  # the longest garbage collection since the last sample, s
+        self.gc_began = 0.0
+        gc.callbacks.append(self.time_collection)
         self.events = 0
         self.stop = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -183,6 +186,12 @@ class Runner:
             status=str(event.payload.get("status")),
         )
 
+    def time_collection(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.gc_began = time.perf_counter()
+        else:
+            self.gc_max = max(self.gc_max, time.perf_counter() - self.gc_began)
+
     async def watch_lag(self) -> None:
         while True:
             before = time.monotonic()
@@ -193,12 +202,14 @@ class Runner:
         while True:
             await asyncio.sleep(self.args.sample)
             lag, self.lag_max = self.lag_max, 0.0
+            collection, self.gc_max = self.gc_max, 0.0
             send(
                 "sample",
                 t=time.monotonic(),
                 rss_kb=rss_kb(),
                 cpu_s=cpu_seconds(),
                 lag=lag,
+                gc=collection,
                 records=self.handler.records,
                 lines=self.handler.replica_lines,
                 events=self.events,
@@ -349,10 +360,10 @@ def part_of(files: list[str]) -> str:
             return "log streams"
         if provider + "logs.py" in name:
             return "log streamer (per pod: state, cursor, task)"
-        if provider + "watch.py" in name:
+        if provider + "watch.py" in name or provider + "subscribers.py" in name:
             return "hub subscriptions and index"
         if provider + "waiting.py" in name or provider + "kinds/" in name:
-            return "JobWaiter (its state, inbox, status, ticker entry)"
+            return "JobWaiter (its state, queue, status)"
         if provider in name:
             return "provider, other (trigger, hook, connection, off-loop import)"
         if "greenback" in name:
@@ -381,8 +392,7 @@ def hub_cache_lines(triggers: int) -> list[str]:
 
 
 def deep_size(value: Any, seen: set[int]) -> int:
-    """``sys.getsizeof`` of ``value`` and of everything it holds (JSON-shaped, or a record with
-    ``__slots__`` such as ``slim.Packed``), each object once."""
+    """``sys.getsizeof`` of ``value`` and of everything it holds (JSON-shaped), each object once."""
     if id(value) in seen:
         return 0
     seen.add(id(value))
@@ -391,8 +401,6 @@ def deep_size(value: Any, seen: set[int]) -> int:
         size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in value.items())
     elif isinstance(value, list | tuple):
         size += sum(deep_size(v, seen) for v in value)
-    elif slots := getattr(type(value), "__slots__", ()):
-        size += sum(deep_size(getattr(value, name), seen) for name in slots if hasattr(value, name))
     return size
 
 
@@ -447,6 +455,8 @@ def time_log_stops() -> None:
     is not changed."""
     from airflow_provider_training.logs import ReplicaLogStreamer
 
+    if not hasattr(ReplicaLogStreamer, "_read"):
+        return  # a streamer without this step: its stop() is not split
     stop, read = ReplicaLogStreamer.stop, ReplicaLogStreamer._read
     reads: dict[int, list[float]] = {}
 
@@ -488,7 +498,16 @@ def run_triggers(args: argparse.Namespace) -> None:
         time_log_stops()
     gc.collect()
     profiler = Profiler(Path(args.profile)) if args.profile else None
-    send("ready", t=time.monotonic(), import_s=imported - BOOTED, rss_kb=rss_kb(), cpu_s=cpu_seconds())
+    import airflow_provider_training
+
+    send(
+        "ready",
+        t=time.monotonic(),
+        import_s=imported - BOOTED,
+        rss_kb=rss_kb(),
+        cpu_s=cpu_seconds(),
+        provider=airflow_provider_training.__file__,
+    )
     if sys.stdin.readline().strip() != "go":
         return
     runner = Runner(triggers, handler, args)

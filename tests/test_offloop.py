@@ -1,5 +1,5 @@
-"""``import_off_loop``: modules imported in a thread, once, with the cycle collector paused meanwhile and what
-lived then frozen (so later full collections do not walk the imported modules' objects)."""
+"""``import_off_loop`` and ``once_in_thread``: work done in a worker thread, once per process and key, with no
+process-wide side effect (the cycle collector is left as it was)."""
 
 from __future__ import annotations
 
@@ -23,54 +23,48 @@ TABLE = [[i] for i in range(10_000)]
 
 @pytest.fixture
 def probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh module to import; afterwards the collector runs as before and nothing stays frozen."""
+    """A fresh module to import."""
     name = f"offloop_probe_{request.node.name.replace('[', '_').replace(']', '')}"
     (tmp_path / f"{name}.py").write_text(PROBE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    enabled = gc.isenabled()
     yield name
-    gc.unfreeze()
-    if enabled:
-        gc.enable()
     sys.modules.pop(name, None)
 
 
-@pytest.mark.parametrize("collector", ["enabled", "disabled"])
-def test_imports_in_a_thread_and_gives_the_collector_back_as_it_was(probe, collector):
-    if collector == "disabled":
-        gc.disable()
+def test_imports_in_a_thread_and_leaves_the_collector_alone(probe):
+    enabled, frozen = gc.isenabled(), gc.get_freeze_count()
 
     asyncio.run(import_off_loop(probe))
 
-    assert gc.isenabled() is (collector == "enabled")
     assert threading.main_thread().name != sys.modules[probe].IMPORTED_IN
+    assert (gc.isenabled(), gc.get_freeze_count()) == (enabled, frozen)
 
 
-def test_what_lived_after_the_import_is_frozen(probe):
-    before = gc.get_freeze_count()
-
-    asyncio.run(import_off_loop(probe))
-
-    assert gc.get_freeze_count() >= before + 10_000  # at least the module's 10,000 lists
-
-
-def test_callers_waiting_for_one_import_leave_nothing_on_the_thread_s_future():
-    """Hundreds of triggers starting during an import each awaited their own wrapped future, and the
-    thread's future (kept for the process) kept a callback for each of them for good."""
+def test_callers_waiting_together_share_one_computation_and_a_failure_is_tried_again():
     gate = threading.Event()
+    runs: list[int] = []
     key = ("test", "gated")
 
+    def work() -> int:
+        runs.append(1)
+        gate.wait(10)
+        return 7
+
     async def callers() -> list[int]:
-        waiting = [asyncio.create_task(once_in_thread(key, lambda: gate.wait(10) and 7)) for _ in range(50)]
+        waiting = [asyncio.create_task(once_in_thread(key, work)) for _ in range(50)]
         await asyncio.sleep(0)  # every caller is waiting now
-        while not all(task.done() for task in waiting):
-            gate.set()
-            await asyncio.sleep(0.01)
-        return [task.result() for task in waiting]
+        gate.set()
+        return list(await asyncio.gather(*waiting))
+
+    def fails() -> int:
+        raise ValueError("no")
 
     try:
-        assert asyncio.run(callers()) == [7] * 50
-        kept = offloop._results[key]._done_callbacks  # type: ignore[attr-defined]
-        assert len(kept) <= 1  # one mirror for the loop, not one per caller
+        assert asyncio.run(callers()) == [7] * 50 and len(runs) == 1
+        assert asyncio.run(once_in_thread(key, work)) == 7 and len(runs) == 1  # kept
+        with pytest.raises(ValueError):
+            asyncio.run(once_in_thread(("test", "fails"), fails))
+        assert asyncio.run(once_in_thread(("test", "fails"), lambda: 3)) == 3
     finally:
         offloop._results.pop(key, None)
+        offloop._results.pop(("test", "fails"), None)

@@ -18,7 +18,8 @@ from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.kinds.base import BATCH_JOBS, PODS, REPLICASETS, ResourceRef
 from airflow_provider_training.kinds.registry import get_kind
-from airflow_provider_training.slim import Packed, trim
+from airflow_provider_training.slim import trim
+from airflow_provider_training.subscribers import Subscriber
 from airflow_provider_training.watch import WatchEvent, WatchHub
 from tests.hooks.kube_env import (
     FAST_RETRY,
@@ -397,13 +398,13 @@ async def test_cancelling_the_last_subscriber_keeps_the_callers_cancellation_mes
 def offers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
     """Every (subscriber id, object name) the hub offers a change to, recorded around the real offer."""
     seen: list[tuple[int, str]] = []
-    offer = watch_module._Subscriber.offer
+    offer = Subscriber.offer
 
-    def recording(self, type_, packed, obj=None):
-        seen.append((id(self), packed.name))
-        offer(self, type_, packed, obj)
+    def recording(self, type_, obj):
+        seen.append((id(self), obj["metadata"]["name"]))
+        offer(self, type_, obj)
 
-    monkeypatch.setattr(watch_module._Subscriber, "offer", recording)
+    monkeypatch.setattr(Subscriber, "offer", recording)
     return seen
 
 
@@ -592,42 +593,27 @@ async def test_the_cache_keeps_of_a_job_all_but_annotations_and_pod_templates(ku
     assert sys.intern("templated") is name and all(sys.intern(key) is key for key in cached["metadata"])
 
 
-async def test_the_cache_keeps_objects_packed_and_every_reader_sees_them_whole(kube, hook):
-    """The hub holds each object packed (not as dicts); what a subscriber is handed, at priming and with a
-    watch event, and what ``cached`` returns, is the object as trimmed, a dict of its own, and the event
-    carries the very record the hub keeps (a subscriber that holds it costs nothing more)."""
+async def test_every_reader_sees_the_object_as_trimmed(kube, hook):
+    """What a subscriber is handed, at priming and with a watch event, and what ``cached`` returns, is the
+    object as trimmed; ``cached`` is a copy of its own."""
     hub = WatchHub()
-    create(kube, "packed", {"job": "packed"})
-    stored = kube.store.get(rtype(kube, JOB), "default", "packed")
+    create(kube, "trimmed", {"job": "trimmed"})
+    stored = kube.store.get(rtype(kube, JOB), "default", "trimmed")
     async with (
-        hub.subscribe(hook, JOB, "default", name="packed") as named,
-        hub.subscribe(hook, JOB, "default", label_selector="job=packed") as selected,
+        hub.subscribe(hook, JOB, "default", name="trimmed") as named,
+        hub.subscribe(hook, JOB, "default", label_selector="job=trimmed") as selected,
     ):
         first = [await next_event(named), await next_event(selected)]
-        relabel(kube, "packed", {"step": "1"})
+        relabel(kube, "trimmed", {"step": "1"})
         changed = [await next_event(named), await next_event(selected)]
-        (watch,) = hub._watches.values()
-        record = watch.objects["packed"]
-        assert type(record) is Packed  # not the dicts
-        cached = hub.cached(hook, JOB, "default", "packed")
-        assert cached == hub.cached(hook, JOB, "default", "packed") and cached is not hub.cached(
-            hook, JOB, "default", "packed"
-        )
+        cached = hub.cached(hook, JOB, "default", "trimmed")
+        assert cached == hub.cached(hook, JOB, "default", "trimmed")
         cached["metadata"]["labels"]["step"] = "changed by a reader"
-        assert hub.cached(hook, JOB, "default", "packed")["metadata"]["labels"]["step"] == "1"
-    expected = trim(kube.store.get(rtype(kube, JOB), "default", "packed"), JOB)
+        assert hub.cached(hook, JOB, "default", "trimmed")["metadata"]["labels"]["step"] == "1"
+    expected = trim(kube.store.get(rtype(kube, JOB), "default", "trimmed"), JOB)
     assert [e.type for e in first] == ["ADDED", "ADDED"] and [e.type for e in changed] == ["MODIFIED"] * 2
     assert first[0].object == first[1].object == trim(stored, JOB)
     assert changed[0].object == changed[1].object == expected
-    assert changed[0].object is changed[1].object  # one watch event's object, shared by its subscribers
-    assert changed[0].packed is changed[1].packed is record
-    assert all(sys.intern(key) is key for key in changed[0].object["metadata"])  # strings shared again
-    assert (record.name, record.resource_version, record.labels) == (
-        "packed",
-        expected["metadata"]["resourceVersion"],
-        {"job": "packed", "step": "1"},
-    )
-    assert (record.label("step"), record.label("missing")) == ("1", None)
 
 
 async def test_the_list_is_read_in_pages_and_every_object_is_primed(kube, hook, monkeypatch):
@@ -649,17 +635,3 @@ async def test_the_list_is_read_in_pages_and_every_object_is_primed(kube, hook, 
     assert [r.query.get("limit") for r in pages] == ["2", "2", "2"]
     assert [bool(r.query.get("continue")) for r in pages] == [False, True, True]
     assert hub.stats.lists == 1
-
-
-async def test_subscriptions_of_one_watch_share_its_key(kube, hook):
-    """Each subscription remembers which watch it leaves by: one key object per watch, not a tuple each (a
-    triggerer makes two subscriptions per deferred task)."""
-    hub = WatchHub()
-    create(kube, "keyed")
-    first = hub.feed(hook, JOB, "default", lambda _: None, name="keyed")
-    second = hub.feed(hook.copy(), JOB, "default", lambda _: None, label_selector="job=keyed")
-    try:
-        assert first._key == second._key and first._key is second._key
-    finally:
-        await second.close()
-        await first.close()

@@ -287,9 +287,10 @@ class KubeletServer:
     """The kubelet endpoint (``app``) on a thread and event loop of its own, as a kubelet serves logs apart
     from its pod work: the controllers and the runtime write to the API server synchronously from the agent's
     loop (``RemoteApi``), and while 100 jobs a second end those writes held the loop for up to 0.7 s, and with
-    it every ``pods/log`` request kube-apiserver proxied here (``benchmarks/README.md``, "Where the with-logs
-    status change to event goes"). What the app reads is safe from another thread: the mirror's objects under
-    its lock, the logs under theirs (``PodLogs`` wakes a follower on the follower's own loop)."""
+    it every ``pods/log`` request kube-apiserver proxied here (``git show 53df9b2:benchmarks/README.md``,
+    "Where the with-logs status change to event goes"). What the app reads is safe from another thread: the
+    mirror's objects under its lock, the logs under theirs (``PodLogs`` wakes a follower on the follower's own
+    loop)."""
 
     def __init__(self, app: web.Application, address: str, port: int, tls: ssl.SSLContext) -> None:
         self.address, self.port, self.tls = address, port, tls
