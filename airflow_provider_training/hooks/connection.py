@@ -126,7 +126,8 @@ async def load_connection_extras(conn_id: str | None) -> dict[str, Any]:
 
 
 async def _lookup_extras(conn_id: str) -> dict[str, Any]:
-    if _supervisor_answers_only_sync():
+    comms, answers_async = supervisor_comms()
+    if comms is not None and not answers_async:  # the trigger is alone on its loop: blocking costs nothing
         return load_connection_extras_sync(conn_id)
     from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
     from airflow.sdk.exceptions import AirflowNotFoundException
@@ -140,15 +141,16 @@ async def _lookup_extras(conn_id: str) -> dict[str, Any]:
     return dict(await get_async_extra_dejson(conn))
 
 
-def _supervisor_answers_only_sync() -> bool:
-    """Whether the Task SDK's supervisor link has no async requests: ``airflow dags test`` runs a deferred
-    task's trigger in its own process over such a link (Airflow 3.3's ``InProcessSupervisorComms``), where
-    the async lookup fails inside the SDK and reports every connection missing. The sync lookup works
-    there (it reads the metadata DB); the trigger is alone on its loop, so blocking it costs nothing."""
+def supervisor_comms() -> tuple[Any, bool]:
+    """The Task SDK's link to its supervisor (``None`` outside a task or triggerer process) and whether it
+    answers async requests (``asend``). ``airflow dags test`` runs a deferred task's trigger in its own
+    process over a link that answers only synchronously (Airflow 3.3's ``InProcessSupervisorComms``): there an
+    async connection lookup fails inside the SDK and reports every connection missing, and a trigger's async
+    question about its task instance cannot be asked."""
     from airflow.sdk.execution_time import task_runner
 
     comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    return comms is not None and not hasattr(comms, "asend")
+    return comms, hasattr(comms, "asend")
 
 
 def load_connection_extras_sync(conn_id: str | None) -> dict[str, Any]:

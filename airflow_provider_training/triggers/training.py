@@ -315,11 +315,12 @@ async def task_instance_state(ti: Any) -> str | None:
     comms; ``None`` outside a triggerer (inline runs) or when the state cannot be read or is not found."""
     if ti is None:
         return None
-    from airflow.sdk.execution_time import task_runner
     from airflow.sdk.execution_time.comms import GetTaskStates
 
-    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    if comms is None or not hasattr(comms, "asend"):
+    from airflow_provider_training.hooks.connection import supervisor_comms
+
+    comms, answers_async = supervisor_comms()
+    if not answers_async:
         return None
     map_index = ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None
     request = GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=map_index)
