@@ -146,16 +146,3 @@ def served_elsewhere(request: ApiRequest | None, versions: list[str]) -> str:
         f"CustomResourceDefinition is another release's; use apiVersion {group}/{versions[0]} or install the "
         f"one that serves {version})"
     )
-
-
-class JobExistsError(Exception):
-    """A job with this name already exists and is not the one this hook just created."""
-
-    def __init__(
-        self, kind: str, namespace: str, name: str, existing: Mapping[str, Any] | None = None
-    ) -> None:
-        super().__init__(f'{kind} "{name}" already exists in namespace "{namespace}"')
-        self.kind = kind
-        self.namespace = namespace
-        self.name = name
-        self.existing = dict(existing) if existing is not None else None

@@ -30,6 +30,7 @@ RUNTIME_MODULES = (
     "httpx",
     "airflow_provider_training.completion",
     "airflow_provider_training.hooks.training",
+    "airflow_provider_training.jobs",
     "airflow_provider_training.kinds.registry",
     "airflow_provider_training.logs",
     "airflow_provider_training.triggers.log_position",
@@ -201,6 +202,8 @@ class TrainingJobTrigger(BaseTrigger):
             self.log.info("Keeping %s (on_kill_action='keep')", self.job_wait.label)
             return False
         await import_off_loop(*RUNTIME_MODULES)
+        from airflow_provider_training.jobs import delete_job
+
         hook = self._hook()
         try:
             if (why := await self._spared(hook, state)) is not None:
@@ -213,7 +216,7 @@ class TrainingJobTrigger(BaseTrigger):
             )
             self.log.info("Deleting %s (on_kill_action='delete'): %s", self.job_wait.label, who)
             job = self.job_wait.job
-            deleted = await hook.delete_job(self._job_kind(), job.name, job.namespace, uid=job.uid)
+            deleted = await delete_job(hook, self._job_kind(), job.name, job.namespace, uid=job.uid)
             self.log.info(
                 "%s %s",
                 self.job_wait.label,
