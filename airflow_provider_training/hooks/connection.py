@@ -27,8 +27,8 @@ from airflow_provider_training.hooks.kubeconfig import (
     in_a_pod,
     in_cluster_config,
     in_cluster_namespace,
+    read_kubeconfig_dict,
     read_kubeconfig_files,
-    static_config,
 )
 
 DEFAULT_CONN_ID = "kubernetes_default"
@@ -193,7 +193,9 @@ def _load(settings: KubeSettings) -> ClusterConfig:
         if uses_service_account(settings):
             cfg = in_cluster_config()
         elif settings.kube_config is not None:
-            cfg = static_config(settings.kube_config, settings.cluster_context, os.getcwd())
+            cfg = cluster_config(
+                read_kubeconfig_dict(settings.kube_config, os.getcwd()), settings.cluster_context
+            )
         else:
             paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
             cfg = cluster_config(read_kubeconfig_files(paths), settings.cluster_context)

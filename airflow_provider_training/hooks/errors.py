@@ -32,12 +32,8 @@ class KubeConnectionError(Exception):
 
 
 class KubeApiError(Exception):
-    """A non-2xx answer of the Kubernetes API, with its ``Status`` body already parsed.
-
-    It carries what the clients' ``ApiException`` carries (``status``, ``reason``, ``body``, ``headers``) but
-    does not subclass it: that class lives in the client package, whose import costs seconds (see
-    :mod:`.kubeconfig`), and the provider never uses the client.
-    """
+    """A non-2xx answer of the Kubernetes API, with its ``Status`` body already parsed; it carries what the
+    Kubernetes clients' ``ApiException`` carries (``status``, ``reason``, ``body``, ``headers``)."""
 
     def __init__(
         self,

@@ -229,11 +229,6 @@ def _flag(entry: Mapping[str, Any], key: str, where: str, prefix: str = "") -> b
     )
 
 
-def static_config(kubeconfig: Mapping[str, Any], context: str | None, base_dir: str) -> ClusterConfig:
-    """The configuration of ``context`` in a kubeconfig mapping, relative paths resolving in ``base_dir``."""
-    return cluster_config(read_kubeconfig_dict(kubeconfig, base_dir), context)
-
-
 def cluster_config(kubeconfig: Mapping[str, Any], context: str | None) -> ClusterConfig:
     """The cluster and credentials of ``context`` (else the current context) in a merged kubeconfig, after
     kubectl's checks of that cluster and user."""
