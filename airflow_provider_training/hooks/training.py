@@ -489,7 +489,7 @@ class TrainingJobHook(HookParameters, BaseHook):
     """Sync facade over :class:`AsyncTrainingJobHook`, for operators; the same parameters
     (:class:`HookParameters`) and the same methods, without ``await``.
 
-    Each instance owns one private event loop in a daemon thread and one async hook (one ``ApiClient``) on it;
+    Each instance owns one private event loop in a daemon thread and one async hook (one transport) on it;
     :meth:`run` runs other coroutines on that loop. The connection is resolved in the caller's thread. Call
     :meth:`close` (or use ``with``) when done.
     """
