@@ -100,11 +100,12 @@ async def clean_up(
 async def delete(hook: AsyncTrainingJobHook, ref: JobRef, why: str, log: Log) -> bool:
     """Delete the job ``ref`` names (its cleanup children too), saying why; ``False``: it was gone already, or
     the name is another try's job now (another uid), left alone."""
+    from airflow_provider_training.jobs import delete_job
     from airflow_provider_training.kinds.registry import get_kind
 
     log.info("Deleting %s (%s)", ref.label, why)
     kind = get_kind(ref.kind, ref.api_version)
-    deleted = await hook.delete_job(kind, ref.name, ref.namespace, uid=ref.uid)
+    deleted = await delete_job(hook, kind, ref.name, ref.namespace, uid=ref.uid)
     if not deleted:
         log.info("It was already gone, or that name is now another try's job (left alone)")
     return deleted

@@ -171,7 +171,7 @@ class JobSubmitter:
         """Only ``earlier`` (found before anything was sent) is subject to ``action_if_job_exists``; a job of
         this task that appears later was created by another live try: this try waits on it, never deletes it.
         A job being deleted is waited out (:meth:`_wait_gone`) before creating."""
-        from airflow_provider_training.hooks.errors import JobExistsError
+        from airflow_provider_training.jobs import JobExistsError, delete_job
 
         meta = body["metadata"]
         decided = _uid(earlier)
@@ -218,7 +218,8 @@ class JobSubmitter:
             if not cleared and self._reuses(hook, kind, job):
                 self._remember(store, JobRef.of(kind, job))
                 return job
-            if hook.delete_job(kind, job["metadata"]["name"], job["metadata"]["namespace"], uid=decided):
+            name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+            if hook.run(delete_job(hook.async_hook, kind, name, namespace, uid=decided)):
                 self._wait_gone(hook, kind, job, True)
             decided, job = None, None  # gone, or another try's by now (the create meets it: 409)
             if meta["name"] != (earlier or {}).get("metadata", {}).get("name"):
@@ -254,6 +255,8 @@ class JobSubmitter:
     def _wait_gone(self, hook: TrainingJobHook, kind: JobKind, job: dict[str, Any], ours: bool) -> None:
         """Wait until this object (by uid) is gone, at most the longest grace period of its pods plus
         ``DELETION_MARGIN`` seconds (for controllers and the garbage collector)."""
+        from airflow_provider_training.jobs import wait_job_deleted
+
         meta = job["metadata"]
         pods = hook.list_job_pods(kind, meta["name"], meta["namespace"])
         timeout = max((_grace_period(pod) for pod in pods), default=0.0) + DELETION_MARGIN
@@ -265,7 +268,10 @@ class JobSubmitter:
             meta["uid"],
             who,
         )
-        if hook.wait_job_deleted(kind, meta["name"], meta["namespace"], timeout=timeout, uid=meta["uid"]):
+        gone = wait_job_deleted(
+            hook.async_hook, kind, meta["name"], meta["namespace"], timeout=timeout, uid=meta["uid"]
+        )
+        if hook.run(gone):
             return
         now = hook.get_job(kind, meta["name"], meta["namespace"]) or job
         finalizers = (now.get("metadata") or {}).get("finalizers") or []
@@ -280,7 +286,9 @@ class JobSubmitter:
     def _create(
         self, hook: TrainingJobHook, kind: JobKind, body: dict[str, Any], store: Any
     ) -> dict[str, Any]:
-        job = hook.create_job(kind, body, body["metadata"]["namespace"])
+        from airflow_provider_training.jobs import create_job
+
+        job = hook.run(create_job(hook.async_hook, kind, body, body["metadata"]["namespace"]))
         ref = JobRef.of(kind, job)
         self._remember(store, ref)
         self.log.info("Created %s (uid %s)", ref.label, ref.uid)

@@ -30,6 +30,7 @@ from localkube.cluster import LocalKube
 from localkube.faults import resource_of
 
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.jobs import create_job
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.logs import container_name
 from airflow_provider_training.plugins import ui_cluster, ui_logs
@@ -81,7 +82,7 @@ async def measure(kube: LocalKube, hook: AsyncTrainingJobHook, tabs: int, second
     name = f"tab-requests-{tabs}"
     manifest = scripted_job("PyTorchJob", SCRIPT, {"Master": 1, "Worker": 1})
     manifest["metadata"]["name"] = name
-    job = await hook.create_job(KIND, manifest, NAMESPACE)
+    job = await create_job(hook, KIND, manifest, NAMESPACE)
     while not any(
         (p.get("status") or {}).get("phase") == "Running"
         for p in await hook.list_job_pods(KIND, name, NAMESPACE)

@@ -18,6 +18,7 @@ from localkube.cluster import LocalKube
 from airflow_provider_training import log_follow, logs
 from airflow_provider_training.hooks import transport
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.jobs import create_job
 from airflow_provider_training.kinds.base import PODS, JobKind
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.log_cursor import LogCursor, split_stamp, stamp_key, stamp_text
@@ -491,7 +492,7 @@ async def test_every_replica_type_of_an_edl_job_run_by_its_controller(tmp_path, 
         "master": {"duration": None, "logs": ["{pod} coordinates"]},
     }
     async with cluster_and_hook(tmp_path, monkeypatch, **edl_cluster_options()) as (_, hook):
-        await hook.create_job(EDL, scripted_edl_job("fit", script), "default")
+        await create_job(hook, EDL, scripted_edl_job("fit", script), "default")
         run = Streaming(hook, "fit", EDL, replicas="all")
         await run.wait_for(5)
         lines = await run.stop()
@@ -525,7 +526,7 @@ async def test_only_the_jobs_own_pods_of_mlkube_mxjobs_run_by_their_controller(t
                     ],
                 },
             }
-            await hook.create_job(MXJOB, job, "default")
+            await create_job(hook, MXJOB, job, "default")
         run = Streaming(hook, "mnist", MXJOB, replicas="all")
         pods = rtype(cluster, PODS)
 
@@ -626,7 +627,7 @@ async def test_scripted_pytorchjob_with_a_crashing_worker(tmp_path, monkeypatch)
     }
     options = {"runtime": "scripted", "controllers": None}
     async with cluster_and_hook(tmp_path, monkeypatch, **options) as (cluster, hook):
-        await hook.create_job(PYTORCH, job, "default")
+        await create_job(hook, PYTORCH, job, "default")
         run = Streaming(hook, replicas="all")
         await until(lambda: {"[master-0] m done", "[worker-0] w done"} <= set(run.lines))
         lines = await run.stop()

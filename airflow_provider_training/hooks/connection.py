@@ -27,8 +27,8 @@ from airflow_provider_training.hooks.kubeconfig import (
     in_a_pod,
     in_cluster_config,
     in_cluster_namespace,
+    read_kubeconfig_dict,
     read_kubeconfig_files,
-    static_config,
 )
 
 DEFAULT_CONN_ID = "kubernetes_default"
@@ -126,7 +126,8 @@ async def load_connection_extras(conn_id: str | None) -> dict[str, Any]:
 
 
 async def _lookup_extras(conn_id: str) -> dict[str, Any]:
-    if _supervisor_answers_only_sync():
+    comms, answers_async = supervisor_comms()
+    if comms is not None and not answers_async:  # the trigger is alone on its loop: blocking costs nothing
         return load_connection_extras_sync(conn_id)
     from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
     from airflow.sdk.exceptions import AirflowNotFoundException
@@ -140,15 +141,16 @@ async def _lookup_extras(conn_id: str) -> dict[str, Any]:
     return dict(await get_async_extra_dejson(conn))
 
 
-def _supervisor_answers_only_sync() -> bool:
-    """Whether the Task SDK's supervisor link has no async requests: ``airflow dags test`` runs a deferred
-    task's trigger in its own process over such a link (Airflow 3.3's ``InProcessSupervisorComms``), where
-    the async lookup fails inside the SDK and reports every connection missing. The sync lookup works
-    there (it reads the metadata DB); the trigger is alone on its loop, so blocking it costs nothing."""
+def supervisor_comms() -> tuple[Any, bool]:
+    """The Task SDK's link to its supervisor (``None`` outside a task or triggerer process) and whether it
+    answers async requests (``asend``). ``airflow dags test`` runs a deferred task's trigger in its own
+    process over a link that answers only synchronously (Airflow 3.3's ``InProcessSupervisorComms``): there an
+    async connection lookup fails inside the SDK and reports every connection missing, and a trigger's async
+    question about its task instance cannot be asked."""
     from airflow.sdk.execution_time import task_runner
 
     comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    return comms is not None and not hasattr(comms, "asend")
+    return comms, hasattr(comms, "asend")
 
 
 def load_connection_extras_sync(conn_id: str | None) -> dict[str, Any]:
@@ -191,7 +193,9 @@ def _load(settings: KubeSettings) -> ClusterConfig:
         if uses_service_account(settings):
             cfg = in_cluster_config()
         elif settings.kube_config is not None:
-            cfg = static_config(settings.kube_config, settings.cluster_context, os.getcwd())
+            cfg = cluster_config(
+                read_kubeconfig_dict(settings.kube_config, os.getcwd()), settings.cluster_context
+            )
         else:
             paths = settings.kube_config_path or os.environ.get("KUBECONFIG") or "~/.kube/config"
             cfg = cluster_config(read_kubeconfig_files(paths), settings.cluster_context)

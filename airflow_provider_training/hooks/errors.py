@@ -32,12 +32,8 @@ class KubeConnectionError(Exception):
 
 
 class KubeApiError(Exception):
-    """A non-2xx answer of the Kubernetes API, with its ``Status`` body already parsed.
-
-    It carries what the clients' ``ApiException`` carries (``status``, ``reason``, ``body``, ``headers``) but
-    does not subclass it: that class lives in the client package, whose import costs seconds (see
-    :mod:`.kubeconfig`), and the provider never uses the client.
-    """
+    """A non-2xx answer of the Kubernetes API, with its ``Status`` body already parsed; it carries what the
+    Kubernetes clients' ``ApiException`` carries (``status``, ``reason``, ``body``, ``headers``)."""
 
     def __init__(
         self,
@@ -146,16 +142,3 @@ def served_elsewhere(request: ApiRequest | None, versions: list[str]) -> str:
         f"CustomResourceDefinition is another release's; use apiVersion {group}/{versions[0]} or install the "
         f"one that serves {version})"
     )
-
-
-class JobExistsError(Exception):
-    """A job with this name already exists and is not the one this hook just created."""
-
-    def __init__(
-        self, kind: str, namespace: str, name: str, existing: Mapping[str, Any] | None = None
-    ) -> None:
-        super().__init__(f'{kind} "{name}" already exists in namespace "{namespace}"')
-        self.kind = kind
-        self.namespace = namespace
-        self.name = name
-        self.existing = dict(existing) if existing is not None else None

@@ -20,7 +20,6 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from airflow_provider_training.hooks.credentials import Credential, CredentialSource, ExecPlugin, OidcProvider
+from airflow_provider_training.server_clock import ServerClock
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS = 60.0  # as client-go: projected service-account tokens rotate
@@ -54,31 +54,6 @@ class TokenFile(CredentialSource):
         except OSError as err:
             raise KubeconfigError(f"cannot read the token file {self.path}: {err.strerror}") from None
         return Credential(token, expires=datetime.now(UTC) + timedelta(seconds=TOKEN_REREAD_SECONDS))
-
-
-class ServerClock:
-    """The API server's clock, as this machine sees it: its own, moved by how far the ``Date`` header of the
-    server's latest answer was from it when the answer came (whole seconds; unmoved until one came). What a
-    client compares with the server's timestamps (``creationTimestamp``) must be read from this, not from the
-    local clock, which may be minutes off."""
-
-    __slots__ = ("known", "offset")
-
-    def __init__(self) -> None:
-        self.offset = 0.0  # seconds the server's clock is ahead of this machine's
-        self.known = False  # whether an answer's Date header has set it
-
-    def saw(self, date: str | None) -> None:
-        """Take the ``Date`` header of an answer that just came (an unreadable one changes nothing)."""
-        try:
-            server = parsedate_to_datetime(date) if date else None
-        except (TypeError, ValueError):
-            return
-        if server is not None and server.tzinfo is not None:
-            self.offset, self.known = (server - datetime.now(UTC)).total_seconds(), True
-
-    def now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self.offset)
 
 
 @dataclass(repr=False)  # no credentials in logs
@@ -252,11 +227,6 @@ def _flag(entry: Mapping[str, Any], key: str, where: str, prefix: str = "") -> b
     raise KubeconfigError(
         f"{where}: {prefix}{key} must be a boolean (true or false, unquoted), not the {kind} {value!r}"
     )
-
-
-def static_config(kubeconfig: Mapping[str, Any], context: str | None, base_dir: str) -> ClusterConfig:
-    """The configuration of ``context`` in a kubeconfig mapping, relative paths resolving in ``base_dir``."""
-    return cluster_config(read_kubeconfig_dict(kubeconfig, base_dir), context)
 
 
 def cluster_config(kubeconfig: Mapping[str, Any], context: str | None) -> ClusterConfig:

@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -55,32 +55,16 @@ class RetryScope:
 _scope: contextvars.ContextVar[RetryScope | None] = contextvars.ContextVar("retry_scope", default=None)
 
 
-def retry_until(
-    deadline: datetime | None, patience: float = WAIT_PATIENCE
-) -> contextlib.AbstractContextManager[RetryScope]:
+@contextlib.contextmanager
+def retry_until(deadline: datetime | None, patience: float = WAIT_PATIENCE) -> Iterator[RetryScope]:
     """Within this block, and in tasks started from it, API calls retry transient failures until
     ``deadline`` (or for ``patience`` seconds) instead of for a number of attempts."""
-    return _RetryUntil(RetryScope(deadline, patience))
-
-
-class _RetryUntil:
-    """:func:`retry_until`'s context manager: a record of two references, held for as long as a job is
-    waited for (``contextlib.contextmanager``'s is an object, a dict and a suspended generator)."""
-
-    __slots__ = ("_token", "scope")
-
-    def __init__(self, scope: RetryScope) -> None:
-        self.scope = scope
-        self._token: contextvars.Token[RetryScope | None] | None = None
-
-    def __enter__(self) -> RetryScope:
-        self._token = _scope.set(self.scope)
-        return self.scope
-
-    def __exit__(self, *_: object) -> None:
-        if self._token is not None:
-            _scope.reset(self._token)
-            self._token = None
+    scope = RetryScope(deadline, patience)
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,15 @@
 on their event loop). :class:`TrainingJobHook` is the thin sync facade operators use: it runs the same
 coroutines on a private event loop in a daemon thread, the way kr8s builds its sync API over one async core.
 
-Idempotent calls (get, list, delete, merge patch, log reads) retry with backoff on 429 (honouring
-Retry-After), 500/502/503/504 and dropped connections. A create is retried too: a 409 on a retry of our own
-create returns the object if it carries what we sent; anything else raises :class:`JobExistsError`.
+Calls retry with backoff on 429 (honouring Retry-After), 500/502/503/504 and dropped connections, except a
+create, sent once. What is done to a job as a whole (create at most once, delete with its children, wait
+until deleted) is :mod:`airflow_provider_training.jobs`', over these calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
@@ -32,10 +31,9 @@ from airflow_provider_training.hooks.connection import (
     load_connection_extras_sync,
     shared_configuration,
 )
-from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
+from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.loop_thread import LoopThread
 from airflow_provider_training.hooks.parameters import HookParameters
-from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.transport import MERGE_PATCH, KubeTransport, LineStream
 from airflow_provider_training.kinds.api import (
     collection_path,
@@ -48,26 +46,15 @@ from airflow_provider_training.kinds.api import (
 from airflow_provider_training.kinds.base import EVENTS, PODS, ChildResource, JobKind, ResourceRef
 
 if TYPE_CHECKING:
-    from airflow_provider_training.hooks.kubeconfig import ServerClock
+    from airflow_provider_training.server_clock import ServerClock
 
-__all__ = [
-    "AsyncTrainingJobHook",
-    "JobExistsError",
-    "KubeApiError",
-    "RetryPolicy",
-    "TrainingJobHook",
-    "replica_selectors",
-]
+__all__ = ["AsyncTrainingJobHook", "TrainingJobHook", "replica_selectors"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 # A followed log that says nothing for this long is re-opened (a silently dead connection must not hang).
 FOLLOW_IDLE_TIMEOUT = 300.0
-
-# A field the installed CRD does not declare (another release's, a typo the spec model let through) is refused
-# with 400, not dropped without a trace as the API server otherwise does: nothing is created.
-STRICT = (("fieldValidation", "Strict"),)
 
 
 class AsyncTrainingJobHook(HookParameters):
@@ -79,13 +66,12 @@ class AsyncTrainingJobHook(HookParameters):
     """
 
     default_conn_name = DEFAULT_CONN_ID
-    __slots__ = ("_extras", "_init_lock", "_settings", "_transport")
+    __slots__ = ("_extras", "_settings", "_transport")
 
     def __post_init__(self) -> None:
         self._extras = dict(self.connection_extras) if self.connection_extras is not None else None
         self._settings: KubeSettings | None = None
         self._transport: KubeTransport | None = None
-        self._init_lock: asyncio.Lock | None = None  # made when a transport is first wanted
 
     # -- configuration ---------------------------------------------------------------------------------------
 
@@ -114,20 +100,18 @@ class AsyncTrainingJobHook(HookParameters):
     async def transport(self) -> KubeTransport:
         """The hook's transport, created on first use (its clients are shared, see ``transport._Pool``)."""
         if self._transport is None:
-            if self._init_lock is None:
-                self._init_lock = asyncio.Lock()
-            async with self._init_lock:
-                if self._transport is None:
-                    settings = await self.get_settings()
-                    self._transport = KubeTransport(
-                        await shared_configuration(settings),
-                        request_timeout=self.request_timeout,
-                        reload_credentials=lambda: build_configuration(settings),
-                    )
+            settings = await self.get_settings()
+            configuration = await shared_configuration(settings)
+            if self._transport is None:  # no other caller made it meanwhile
+                self._transport = KubeTransport(
+                    configuration,
+                    request_timeout=self.request_timeout,
+                    reload_credentials=lambda: build_configuration(settings),
+                )
         return self._transport
 
     async def server_clock(self) -> ServerClock:
-        """The API server's clock (see :class:`~airflow_provider_training.hooks.kubeconfig.ServerClock`)."""
+        """The API server's clock (see :class:`~airflow_provider_training.server_clock.ServerClock`)."""
         return (await self.transport()).clock
 
     @property
@@ -148,15 +132,16 @@ class AsyncTrainingJobHook(HookParameters):
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        retried: bool = True,
     ) -> dict[str, Any]:
         transport = await self.transport()
         params = encode_query(query or {})
+
+        async def send(_attempt: int = 1) -> dict[str, Any]:
+            return await transport.request(method, path, query=params, body=body, content_type=content_type)
+
         async with self._naming_served_versions():
-            return await self.retry.call(
-                lambda _attempt: transport.request(
-                    method, path, query=params, body=body, content_type=content_type
-                )
-            )
+            return await (self.retry.call(send) if retried else send())
 
     @contextlib.asynccontextmanager
     async def _naming_served_versions(self) -> AsyncIterator[None]:
@@ -215,6 +200,16 @@ class AsyncTrainingJobHook(HookParameters):
             "continue": continue_token,
         }
         return await self._call("GET", collection_path(resource, namespace), query=query)
+
+    async def create_object(
+        self, resource: ResourceRef, namespace: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Create; sent once, not retried (a create repeated blindly could make a second object: see
+        ``jobs.create_job``). A field the installed CRD does not declare (another release's, a typo the spec
+        model let through) is refused with 400, not dropped without a trace as the API server otherwise does:
+        nothing is created."""
+        path = collection_path(resource, namespace)
+        return await self._call("POST", path, query={"fieldValidation": "Strict"}, body=body, retried=False)
 
     async def delete_object(
         self,
@@ -283,29 +278,6 @@ class AsyncTrainingJobHook(HookParameters):
 
     # -- jobs ------------------------------------------------------------------------------------------------
 
-    async def create_job(self, kind: JobKind, body: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-        """Create the job; :class:`JobExistsError` if one of that name exists that is not ours."""
-        manifest = _manifest_for(kind, body, namespace)
-        name = manifest["metadata"].get("name")
-        transport = await self.transport()
-        path = collection_path(kind.resource, namespace)
-
-        async def attempt(number: int) -> dict[str, Any]:
-            try:
-                return await transport.request("POST", path, query=STRICT, body=manifest)
-            except KubeApiError as err:
-                if err.status != 409 or not name:
-                    raise
-                existing = await self.get_job(kind, name, namespace)
-                if number > 1 and existing is not None and _carries(existing, manifest):
-                    return existing  # our earlier attempt went through; its answer was lost
-                raise JobExistsError(kind.kind, namespace, name, existing) from err
-
-        async with self._naming_served_versions():
-            if not name:  # generateName: a retry could create a second job
-                return await attempt(1)
-            return await self.retry.call(attempt)
-
     async def get_job(self, kind: JobKind, name: str, namespace: str) -> dict[str, Any] | None:
         return await self.get_object(kind.resource, name, namespace)
 
@@ -318,72 +290,6 @@ class AsyncTrainingJobHook(HookParameters):
         """JSON merge patch (RFC 7386), the patch type custom resources accept."""
         path = object_path(kind.resource, namespace, name)
         return await self._call("PATCH", path, body=dict(patch), content_type=MERGE_PATCH)
-
-    async def delete_job(
-        self,
-        kind: JobKind,
-        name: str,
-        namespace: str,
-        *,
-        propagation_policy: str | None = None,
-        uid: str | None = None,
-    ) -> bool:
-        """Delete the job and its ``delete_on_cleanup`` children; ``False`` if the job was already gone, or,
-        given ``uid``, if that name is now another object (another try's job): it and its children stay.
-
-        Children go in the order the kind lists them (controllers before their pods, so no ReplicaSet or
-        Job recreates a pod just deleted), named ones by name, the others found by selector. They are
-        deleted even when the job itself was gone, so a second cleanup removes what the first left. With
-        ``uid``, a job of that name with another uid (a later try's) is left alone, children included.
-        ``propagation_policy``: default the kind's :attr:`JobKind.delete_propagation`.
-        """
-        try:
-            existed = await self.delete_object(
-                kind.resource,
-                name,
-                namespace,
-                propagation_policy=propagation_policy or kind.delete_propagation,
-                uid=uid,
-            )
-        except KubeApiError as err:
-            if uid and err.status == 409:  # "Precondition failed: UID in precondition: ..."
-                return False
-            raise
-        done: set[tuple[str, str]] = set()
-        for child in kind.children:
-            if not child.delete_on_cleanup:
-                continue
-            if child.name is not None:
-                names = [child.name(name)]
-            else:
-                names = [_name(item) for item in await self._select_children(kind, child, name, namespace)]
-            for child_name in names:
-                if (child.resource.key, child_name) not in done:
-                    done.add((child.resource.key, child_name))
-                    await self.delete_object(
-                        child.resource, child_name, namespace, propagation_policy="Background"
-                    )
-        return existed
-
-    async def wait_job_deleted(
-        self,
-        kind: JobKind,
-        name: str,
-        namespace: str,
-        *,
-        timeout: float = 120.0,
-        interval: float = 0.5,
-        uid: str | None = None,
-    ) -> bool:
-        """Wait until the job (given ``uid``: that object) no longer exists (foreground deletion takes a
-        while); ``False`` on timeout."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (job := await self.get_job(kind, name, namespace)) is not None and uid in (None, _uid(job)):
-            if loop.time() >= deadline:
-                return False
-            await asyncio.sleep(interval)
-        return True
 
     async def list_children(
         self, kind: JobKind, name: str, namespace: str
@@ -403,14 +309,9 @@ class AsyncTrainingJobHook(HookParameters):
         self, kind: JobKind, child: ChildResource, job_name: str, namespace: str
     ) -> list[dict[str, Any]]:
         """The objects of one child entry: the one named object if the entry names it, else by selector."""
-        if child.name is None:
-            return await self._select_children(kind, child, job_name, namespace)
-        found = await self.get_object(child.resource, child.name(job_name), namespace)
-        return [] if found is None else [found]
-
-    async def _select_children(
-        self, kind: JobKind, child: ChildResource, job_name: str, namespace: str
-    ) -> list[dict[str, Any]]:
+        if child.name is not None:
+            found = await self.get_object(child.resource, child.name(job_name), namespace)
+            return [] if found is None else [found]
         listed = await self.list_objects(child.resource, namespace, label_selector=child.selector(job_name))
         items: list[dict[str, Any]] = listed["items"]
         if child.resource == PODS:
@@ -546,35 +447,8 @@ def replica_selectors(kind: JobKind, job_name: str, *, master: bool = False) -> 
     return (kind.pod_selector(job_name), *kind.extra_pod_selectors(job_name))
 
 
-def _manifest_for(kind: JobKind, body: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-    manifest = copy.deepcopy(dict(body))
-    manifest.setdefault("apiVersion", kind.api_version)
-    manifest.setdefault("kind", kind.kind)
-    metadata = manifest.setdefault("metadata", {})
-    metadata.setdefault("namespace", namespace)
-    return manifest
-
-
-def _carries(existing: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
-    """Whether ``existing`` is the object we sent: our labels and annotations, else (without any) our spec."""
-    ours = sent.get("metadata", {})
-    theirs = existing.get("metadata", {})
-    marks = [(key, ours.get(key) or {}) for key in ("labels", "annotations")]
-    if not any(values for _, values in marks):
-        return existing.get("spec") == sent.get("spec")
-    return all(
-        (theirs.get(key) or {}).get(label) == value
-        for key, values in marks
-        for label, value in values.items()
-    )
-
-
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
-
-
-def _uid(obj: Mapping[str, Any]) -> str | None:
-    return (obj.get("metadata") or {}).get("uid")
 
 
 def _merge_into(merged: list[dict[str, Any]], items: list[dict[str, Any]]) -> None:
@@ -615,7 +489,7 @@ class TrainingJobHook(HookParameters, BaseHook):
     """Sync facade over :class:`AsyncTrainingJobHook`, for operators; the same parameters
     (:class:`HookParameters`) and the same methods, without ``await``.
 
-    Each instance owns one private event loop in a daemon thread and one async hook (one ``ApiClient``) on it;
+    Each instance owns one private event loop in a daemon thread and one async hook (one transport) on it;
     :meth:`run` runs other coroutines on that loop. The connection is resolved in the caller's thread. Call
     :meth:`close` (or use ``with``) when done.
     """
@@ -675,12 +549,9 @@ class TrainingJobHook(HookParameters, BaseHook):
 
     get_namespace = _sync(AsyncTrainingJobHook.get_namespace)
     server_clock = _sync(AsyncTrainingJobHook.server_clock)
-    create_job = _sync(AsyncTrainingJobHook.create_job)
     get_job = _sync(AsyncTrainingJobHook.get_job)
     find_jobs = _sync(AsyncTrainingJobHook.find_jobs)
     patch_job = _sync(AsyncTrainingJobHook.patch_job)
-    delete_job = _sync(AsyncTrainingJobHook.delete_job)
-    wait_job_deleted = _sync(AsyncTrainingJobHook.wait_job_deleted)
     list_children = _sync(AsyncTrainingJobHook.list_children)
     list_pods = _sync(AsyncTrainingJobHook.list_pods)
     list_job_pods = _sync(AsyncTrainingJobHook.list_job_pods)
@@ -690,6 +561,7 @@ class TrainingJobHook(HookParameters, BaseHook):
     read_log = _sync(AsyncTrainingJobHook.read_log)
     get_object = _sync(AsyncTrainingJobHook.get_object)
     list_objects = _sync(AsyncTrainingJobHook.list_objects)
+    create_object = _sync(AsyncTrainingJobHook.create_object)
     delete_object = _sync(AsyncTrainingJobHook.delete_object)
 
     follow_log = _sync_iter(AsyncTrainingJobHook.follow_log)

@@ -35,7 +35,8 @@ from airflow_provider_training.offloop import once_in_thread
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from airflow_provider_training.hooks.kubeconfig import ClusterConfig, ServerClock
+    from airflow_provider_training.hooks.kubeconfig import ClusterConfig
+    from airflow_provider_training.server_clock import ServerClock
 
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "airflow-provider-training"

@@ -345,7 +345,7 @@ class JobKind:
         now: datetime | None = None,
     ) -> JobStatus:
         """:attr:`read_status`, with the no-status grace period given (``None``: the kind's default), as of
-        ``now`` on the API server's clock (``None``: this machine's; see ``hooks.kubeconfig.ServerClock``).
+        ``now`` on the API server's clock (``None``: this machine's; see ``server_clock.ServerClock``).
 
         A failed job has no active replicas: those its status still counts as active (its operator stopped
         updating the counts when the job failed, and deleted or abandoned the pods) count as failed, the way

@@ -68,13 +68,14 @@ def marked(previous_state: Any, task_instance: Any) -> Future[None] | None:
 def delete_job(wait: JobWait) -> None:
     """Delete the trigger's job and its cleanup children, unless the name is another try's job now."""
     from airflow_provider_training.hooks.training import TrainingJobHook
+    from airflow_provider_training.jobs import delete_job as delete
     from airflow_provider_training.kinds.registry import get_kind
 
     job = wait.job
     try:
         with TrainingJobHook(wait.kubernetes_conn_id) as hook:
             kind = get_kind(job.kind, job.api_version)
-            deleted = hook.delete_job(kind, job.name, job.namespace, uid=job.uid)
+            deleted = hook.run(delete(hook.async_hook, kind, job.name, job.namespace, uid=job.uid))
     except Exception:
         log.exception("Could not delete %s", job.label)
         return

@@ -30,6 +30,7 @@ RUNTIME_MODULES = (
     "httpx",
     "airflow_provider_training.completion",
     "airflow_provider_training.hooks.training",
+    "airflow_provider_training.jobs",
     "airflow_provider_training.kinds.registry",
     "airflow_provider_training.logs",
     "airflow_provider_training.triggers.log_position",
@@ -201,6 +202,8 @@ class TrainingJobTrigger(BaseTrigger):
             self.log.info("Keeping %s (on_kill_action='keep')", self.job_wait.label)
             return False
         await import_off_loop(*RUNTIME_MODULES)
+        from airflow_provider_training.jobs import delete_job
+
         hook = self._hook()
         try:
             if (why := await self._spared(hook, state)) is not None:
@@ -213,7 +216,7 @@ class TrainingJobTrigger(BaseTrigger):
             )
             self.log.info("Deleting %s (on_kill_action='delete'): %s", self.job_wait.label, who)
             job = self.job_wait.job
-            deleted = await hook.delete_job(self._job_kind(), job.name, job.namespace, uid=job.uid)
+            deleted = await delete_job(hook, self._job_kind(), job.name, job.namespace, uid=job.uid)
             self.log.info(
                 "%s %s",
                 self.job_wait.label,
@@ -315,11 +318,12 @@ async def task_instance_state(ti: Any) -> str | None:
     comms; ``None`` outside a triggerer (inline runs) or when the state cannot be read or is not found."""
     if ti is None:
         return None
-    from airflow.sdk.execution_time import task_runner
     from airflow.sdk.execution_time.comms import GetTaskStates
 
-    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
-    if comms is None or not hasattr(comms, "asend"):
+    from airflow_provider_training.hooks.connection import supervisor_comms
+
+    comms, answers_async = supervisor_comms()
+    if not answers_async:
         return None
     map_index = ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None
     request = GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=map_index)

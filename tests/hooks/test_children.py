@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from airflow_provider_training.jobs import create_job, delete_job
 from airflow_provider_training.kinds.base import BATCH_JOBS, PODS, REPLICASETS, ChildResource, JobState
 from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.family_objects import (
@@ -28,7 +29,7 @@ def _names(objects: list[dict]) -> list[str]:
 
 
 async def test_list_children_merges_entries_and_finds_unlabelled_children_by_name(kube, hook):
-    await hook.create_job(EDL, edl_training_job("example"), "default")
+    await create_job(hook, EDL, edl_training_job("example"), "default")
     mine = create_edl_children(kube, "example")
     create_edl_children(kube, "other")
 
@@ -51,7 +52,7 @@ async def test_list_children_merges_entries_and_finds_unlabelled_children_by_nam
 
 
 async def test_a_named_child_that_does_not_exist_yet_is_absent(kube, hook):
-    await hook.create_job(EDL, edl_training_job("fresh"), "default")
+    await create_job(hook, EDL, edl_training_job("fresh"), "default")
     children = await hook.list_children(EDL, "fresh", "default")
     assert children == {BATCH_JOBS.key: [], REPLICASETS.key: [], PODS.key: []}
     status = EDL.read_status(await hook.get_job(EDL, "fresh", "default"), children)
@@ -82,14 +83,14 @@ async def test_entries_selecting_the_same_objects_merge_each_object_once(kube, h
 
 
 async def test_delete_job_leaves_no_child_behind(kube, hook):
-    await hook.create_job(EDL, edl_training_job("example"), "default")
-    await hook.create_job(EDL, edl_training_job("other"), "default")
+    await create_job(hook, EDL, edl_training_job("example"), "default")
+    await create_job(hook, EDL, edl_training_job("other"), "default")
     create_edl_children(kube, "example")
     theirs = create_edl_children(kube, "other")
     # A pod whose controller is already gone is found by its label alone.
     kube.store.delete(kube.store.resource_type("batch", "v1", "jobs"), "default", "example-trainer", "Orphan")
 
-    assert await hook.delete_job(EDL, "example", "default") is True
+    assert await delete_job(hook, EDL, "example", "default") is True
 
     assert await hook.get_job(EDL, "example", "default") is None
     assert names_in(kube, BATCH_JOBS) == set(theirs[BATCH_JOBS.key])
@@ -99,7 +100,7 @@ async def test_delete_job_leaves_no_child_behind(kube, hook):
 
 async def test_delete_job_cleans_children_left_by_a_job_already_gone(kube, hook):
     create_edl_children(kube, "orphaned")
-    assert await hook.delete_job(EDL, "orphaned", "default") is False
+    assert await delete_job(hook, EDL, "orphaned", "default") is False
     assert names_in(kube, BATCH_JOBS) == names_in(kube, REPLICASETS) == names_in(kube, PODS) == set()
 
 
@@ -131,7 +132,7 @@ async def test_children_of_the_edl_controller_are_read_and_cleaned_up(tmp_path, 
     serve = {"duration": None}
     script = {"trainer": serve, "pserver": serve, "master": serve}
     async with cluster_and_hook(tmp_path, monkeypatch, **edl_cluster_options()) as (cluster, hook):
-        await hook.create_job(EDL, scripted_edl_job("fit", script), "default")
+        await create_job(hook, EDL, scripted_edl_job("fit", script), "default")
         await until(lambda: len(running_pods(cluster)) == 5)  # 2 trainers, 2 pservers, 1 master
 
         children = await hook.list_children(EDL, "fit", "default")
@@ -146,7 +147,7 @@ async def test_children_of_the_edl_controller_are_read_and_cleaned_up(tmp_path, 
             "MASTER": (1, 1),
         }
 
-        assert await hook.delete_job(EDL, "fit", "default") is True
+        assert await delete_job(hook, EDL, "fit", "default") is True
         assert names_in(cluster, PODS) == set()
         assert names_in(cluster, BATCH_JOBS) == names_in(cluster, REPLICASETS) == set()
         assert await hook.get_job(EDL, "fit", "default") is None

@@ -8,6 +8,7 @@ import kubernetes_asyncio.config as k8s_config
 import pytest
 
 from airflow_provider_training.hooks.errors import KubeApiError
+from airflow_provider_training.jobs import create_job, delete_job
 from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.kube_env import job_body, requests_to
 
@@ -15,9 +16,9 @@ PYTORCH = get_kind("PyTorchJob")
 
 
 async def test_a_uid_precondition_of_another_object_is_a_conflict_and_nothing_is_deleted(kube, hook):
-    old = await hook.create_job(PYTORCH, job_body("same-name"), "default")
-    assert await hook.delete_job(PYTORCH, "same-name", "default") is True
-    new = await hook.create_job(PYTORCH, job_body("same-name"), "default")
+    old = await create_job(hook, PYTORCH, job_body("same-name"), "default")
+    assert await delete_job(hook, PYTORCH, "same-name", "default") is True
+    new = await create_job(hook, PYTORCH, job_body("same-name"), "default")
     old_uid, new_uid = old["metadata"]["uid"], new["metadata"]["uid"]
 
     with pytest.raises(KubeApiError) as caught:
@@ -33,13 +34,13 @@ async def test_a_uid_precondition_of_another_object_is_a_conflict_and_nothing_is
     assert (await hook.get_job(PYTORCH, "same-name", "default"))["metadata"]["uid"] == new_uid
 
     # delete_job: the other object and its children stay, and it says so with False
-    assert await hook.delete_job(PYTORCH, "same-name", "default", uid=old_uid) is False
+    assert await delete_job(hook, PYTORCH, "same-name", "default", uid=old_uid) is False
     assert (await hook.get_job(PYTORCH, "same-name", "default"))["metadata"]["uid"] == new_uid
     assert [r.status for r in requests_to(kube, "pytorchjobs", method="DELETE")] == [200, 409, 409]
 
-    assert await hook.delete_job(PYTORCH, "same-name", "default", uid=new_uid) is True
+    assert await delete_job(hook, PYTORCH, "same-name", "default", uid=new_uid) is True
     assert await hook.get_job(PYTORCH, "same-name", "default") is None
-    assert await hook.delete_job(PYTORCH, "same-name", "default", uid=new_uid) is False  # gone: 404
+    assert await delete_job(hook, PYTORCH, "same-name", "default", uid=new_uid) is False  # gone: 404
 
 
 async def test_the_kubernetes_client_sees_the_same_precondition_answers(kube):

@@ -10,6 +10,7 @@ import pytest
 
 from airflow_provider_training.hooks.errors import CRD_HINT, KubeApiError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.jobs import create_job
 from airflow_provider_training.kinds.base import ResourceRef
 from airflow_provider_training.kinds.registry import get_kind
 
@@ -65,6 +66,6 @@ async def test_creating_a_job_of_a_version_not_served_says_which_is(hook: AsyncT
     job = {"metadata": {"name": "pi"}, "spec": {"mpiReplicaSpecs": {}}}
 
     with pytest.raises(KubeApiError) as caught:
-        await hook.create_job(kind, job, "default")
+        await create_job(hook, kind, job, "default")
 
     assert caught.value.served_in == ["v1"] and "serves mpijobs.kubeflow.org in v1" in str(caught.value)

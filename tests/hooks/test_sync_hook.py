@@ -10,8 +10,8 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from localkube.pytest_plugin import connection_json
 
-from airflow_provider_training.hooks.errors import JobExistsError
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
+from airflow_provider_training.jobs import JobExistsError, create_job, delete_job, wait_job_deleted
 from airflow_provider_training.kinds.base import PODS
 from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.kube_env import FAST_RETRY, job_body, pod_manifest, requests_to, rtype
@@ -46,16 +46,20 @@ def test_is_a_kubernetes_connection_hook():
 
 def test_same_calls_without_await(thread_kube, sync_hook):
     assert sync_hook.get_namespace() == "sync-ns"
-    created = sync_hook.create_job(PYTORCH, job_body("sync", {"k": "v"}), "default")
+    created = sync_hook.run(
+        create_job(sync_hook.async_hook, PYTORCH, job_body("sync", {"k": "v"}), "default")
+    )
     assert sync_hook.get_job(PYTORCH, "sync", "default")["metadata"]["uid"] == created["metadata"]["uid"]
     assert [j["metadata"]["name"] for j in sync_hook.find_jobs(PYTORCH, "default", "k=v")] == ["sync"]
     with pytest.raises(JobExistsError):
-        sync_hook.create_job(PYTORCH, job_body("sync", {"k": "other"}), "default")
+        sync_hook.run(create_job(sync_hook.async_hook, PYTORCH, job_body("sync", {"k": "other"}), "default"))
     assert sync_hook.patch_job(PYTORCH, "sync", "default", {"metadata": {"labels": {"x": "y"}}})["metadata"][
         "labels"
     ] == {"k": "v", "x": "y"}
-    assert sync_hook.delete_job(PYTORCH, "sync", "default") is True
-    assert sync_hook.wait_job_deleted(PYTORCH, "sync", "default", timeout=5, interval=0.01)
+    assert sync_hook.run(delete_job(sync_hook.async_hook, PYTORCH, "sync", "default")) is True
+    assert sync_hook.run(
+        wait_job_deleted(sync_hook.async_hook, PYTORCH, "sync", "default", timeout=5, interval=0.01)
+    )
 
 
 def test_one_private_loop_and_client_per_hook(thread_kube, sync_hook):
@@ -72,7 +76,7 @@ def test_one_private_loop_and_client_per_hook(thread_kube, sync_hook):
 
 
 def test_run_runs_async_work_on_the_hooks_own_loop_and_client(thread_kube, sync_hook):
-    created = sync_hook.create_job(PYTORCH, job_body("ran", {"k": "v"}), "default")
+    created = sync_hook.run(create_job(sync_hook.async_hook, PYTORCH, job_body("ran", {"k": "v"}), "default"))
 
     async def read_back() -> tuple[str, str]:
         job = await sync_hook.async_hook.get_job(PYTORCH, "ran", "default")
@@ -140,7 +144,8 @@ def test_children_and_replica_pods_without_await(thread_kube, sync_hook):
     }
     pods = sync_hook.list_job_pods(edl, "example", "default")
     assert sorted(p["metadata"]["name"] for p in pods) == sorted(created["pods"])
-    assert sync_hook.delete_job(edl, "example", "default") is False  # no TrainingJob; its children go
+    # No TrainingJob; its children go.
+    assert sync_hook.run(delete_job(sync_hook.async_hook, edl, "example", "default")) is False
     assert sync_hook.list_job_pods(edl, "example", "default") == []
 
 

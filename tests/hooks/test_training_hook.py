@@ -9,9 +9,10 @@ import pytest
 import yaml
 from localkube.kubeconfig import kubeconfig_dict
 
-from airflow_provider_training.hooks.errors import JobExistsError, KubeApiError
+from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import RetryPolicy
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
+from airflow_provider_training.jobs import JobExistsError, create_job, delete_job, wait_job_deleted
 from airflow_provider_training.kinds.base import BATCH_JOBS, CONFIGMAPS, PODS, ChildResource
 from airflow_provider_training.kinds.registry import get_kind
 from tests.hooks.kube_env import FAST_RETRY, job_body, pod_manifest, requests_to, rtype
@@ -20,7 +21,7 @@ PYTORCH = get_kind("PyTorchJob")
 
 
 async def test_create_get_patch_find_delete(kube, hook):
-    created = await hook.create_job(PYTORCH, job_body("train", {"team": "a"}), "default")
+    created = await create_job(hook, PYTORCH, job_body("train", {"team": "a"}), "default")
     assert created["metadata"]["uid"]
     assert created["apiVersion"] == "kubeflow.org/v1" and created["kind"] == "PyTorchJob"
 
@@ -36,8 +37,8 @@ async def test_create_get_patch_find_delete(kube, hook):
     assert [j["metadata"]["name"] for j in await hook.find_jobs(PYTORCH, "default", "team=a")] == ["train"]
     assert await hook.find_jobs(PYTORCH, "default", "team=b") == []
 
-    assert await hook.delete_job(PYTORCH, "train", "default") is True
-    assert await hook.delete_job(PYTORCH, "train", "default") is False
+    assert await delete_job(hook, PYTORCH, "train", "default") is True
+    assert await delete_job(hook, PYTORCH, "train", "default") is False
 
 
 async def test_an_error_event_of_a_watch_names_the_watch(kube, hook):
@@ -61,7 +62,7 @@ async def test_inline_kube_config_connection(kube, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_INLINE", json.dumps(conn))
     inline = AsyncTrainingJobHook("inline")
     try:
-        await inline.create_job(PYTORCH, job_body("inline"), "default")
+        await create_job(inline, PYTORCH, job_body("inline"), "default")
         assert (await inline.get_job(PYTORCH, "inline", "default"))["metadata"]["name"] == "inline"
     finally:
         await inline.close()
@@ -102,14 +103,14 @@ async def test_one_api_client_is_reused(hook):
 
 
 async def test_existing_job_of_someone_else_raises_job_exists(kube, hook):
-    await hook.create_job(PYTORCH, job_body("taken", {"owner": "them"}), "default")
+    await create_job(hook, PYTORCH, job_body("taken", {"owner": "them"}), "default")
     with pytest.raises(JobExistsError) as caught:
-        await hook.create_job(PYTORCH, job_body("taken", {"owner": "us"}), "default")
+        await create_job(hook, PYTORCH, job_body("taken", {"owner": "us"}), "default")
     assert caught.value.existing is not None
     assert caught.value.existing["metadata"]["labels"] == {"owner": "them"}
     # A first-attempt 409 is never taken for our own object, even when the labels match.
     with pytest.raises(JobExistsError):
-        await hook.create_job(PYTORCH, job_body("taken", {"owner": "them"}), "default")
+        await create_job(hook, PYTORCH, job_body("taken", {"owner": "them"}), "default")
 
 
 async def test_retried_create_whose_first_answer_was_lost_returns_our_object(kube, hook):
@@ -118,7 +119,7 @@ async def test_retried_create_whose_first_answer_was_lost_returns_our_object(kub
     typed = {**ours, "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
     stored = kube.store.create(rtype(kube, PYTORCH.resource), "default", typed)
     kube.faults.drop(1, method="POST")
-    created = await hook.create_job(PYTORCH, ours, "default")
+    created = await create_job(hook, PYTORCH, ours, "default")
     assert created["metadata"]["uid"] == stored["metadata"]["uid"]
     assert [r.status for r in requests_to(kube, "pytorchjobs", method="POST")][-1] == 409
 
@@ -129,7 +130,7 @@ async def test_retried_create_that_finds_a_foreign_object_raises(kube, hook):
     kube.store.create(rtype(kube, PYTORCH.resource), "default", foreign)
     kube.faults.drop(1, method="POST")
     with pytest.raises(JobExistsError):
-        await hook.create_job(PYTORCH, job_body("clash", {"airflow-run": "r1"}), "default")
+        await create_job(hook, PYTORCH, job_body("clash", {"airflow-run": "r1"}), "default")
 
 
 async def test_429_is_retried_after_retry_after(kube, kube_conn):
@@ -146,7 +147,7 @@ async def test_429_is_retried_after_retry_after(kube, kube_conn):
 
 
 async def test_503_is_retried(kube, hook):
-    await hook.create_job(PYTORCH, job_body("flaky"), "default")
+    await create_job(hook, PYTORCH, job_body("flaky"), "default")
     kube.faults.fail(503, 2, method="GET", resource="pytorchjobs")
     assert (await hook.get_job(PYTORCH, "flaky", "default"))["metadata"]["name"] == "flaky"
     assert [r.status for r in requests_to(kube, "pytorchjobs")] == [503, 503, 200]
@@ -183,7 +184,7 @@ async def test_delete_job_propagates_and_cleans_children(kube, hook):
             ChildResource(BATCH_JOBS, selector=lambda job: f"job={job}", needed_for_status=True),
         ),
     )
-    await hook.create_job(kind, job_body("parent"), "default")
+    await create_job(hook, kind, job_body("parent"), "default")
     for name, job in (("cm-mine", "parent"), ("cm-other", "other")):
         configmap = {"metadata": {"name": name, "labels": {"job": job}}}
         kube.store.create(rtype(kube, CONFIGMAPS), "default", configmap)
@@ -198,7 +199,7 @@ async def test_delete_job_propagates_and_cleans_children(kube, hook):
     assert list(children) == ["jobs.batch"]
     assert [c["metadata"]["name"] for c in children["jobs.batch"]] == ["trainer"]
 
-    assert await hook.delete_job(kind, "parent", "default") is True
+    assert await delete_job(hook, kind, "parent", "default") is True
     job_delete = requests_to(kube, "pytorchjobs", method="DELETE")[0]
     assert job_delete.status == 200
     left = [c["metadata"]["name"] for c in kube.store.list(rtype(kube, CONFIGMAPS), "default")]
@@ -208,9 +209,9 @@ async def test_delete_job_propagates_and_cleans_children(kube, hook):
 
 
 async def test_foreground_delete_is_waited_for(kube, hook):
-    await hook.create_job(PYTORCH, job_body("fg"), "default")
-    assert await hook.delete_job(PYTORCH, "fg", "default") is True
-    assert await hook.wait_job_deleted(PYTORCH, "fg", "default", timeout=5, interval=0.01) is True
+    await create_job(hook, PYTORCH, job_body("fg"), "default")
+    assert await delete_job(hook, PYTORCH, "fg", "default") is True
+    assert await wait_job_deleted(hook, PYTORCH, "fg", "default", timeout=5, interval=0.01) is True
 
 
 async def test_events_about_an_object(kube, hook):

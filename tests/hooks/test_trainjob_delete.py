@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from localkube.controllers.builtin import owner_reference
 
+from airflow_provider_training.jobs import create_job, delete_job
 from airflow_provider_training.kinds.registry import get_kind
 from tests.fixtures import CRDS
 from tests.hooks.kube_env import cluster_and_hook, job_body
@@ -49,11 +50,11 @@ def train_job(name: str) -> dict[str, Any]:
 async def test_delete_job_propagates_as_the_kind_says(tmp_path, monkeypatch, kind, body, kept):
     options = {"crd_dir": CRDS / "trainer.kubeflow.org-v1alpha1"} if kind is TRAIN_JOB else {}
     async with cluster_and_hook(tmp_path, monkeypatch, **options) as (kube, hook):
-        created = await hook.create_job(kind, body, "default")
+        created = await create_job(hook, kind, body, "default")
         configmaps = kube.store.resource_type("", "v1", "configmaps")
         kube.store.create(configmaps, "default", held_dependent(created))
 
-        assert await hook.delete_job(kind, body["metadata"]["name"], "default") is True
+        assert await delete_job(hook, kind, body["metadata"]["name"], "default") is True
 
         left = await hook.get_job(kind, body["metadata"]["name"], "default")
         assert (left is not None) is kept, left

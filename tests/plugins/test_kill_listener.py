@@ -23,6 +23,7 @@ from localkube.cluster import LocalKube
 from localkube.pytest_plugin import connection_json
 
 from airflow_provider_training.hooks.training import TrainingJobHook
+from airflow_provider_training.jobs import create_job, delete_job
 from airflow_provider_training.kinds.registry import get_kind
 from airflow_provider_training.plugins import TrainingPlugin, kill_listener
 from airflow_provider_training.triggers.training import TrainingJobTrigger
@@ -74,7 +75,7 @@ def settle(future: Any) -> None:
 
 @pytest.mark.parametrize("hook_name", ["on_task_instance_failed", "on_task_instance_success"])
 def test_a_deferred_task_marked_by_a_user_loses_its_job(hook, hook_name):
-    job = hook.create_job(PYTORCH, job_body("marked"), "default")
+    job = hook.run(create_job(hook.async_hook, PYTORCH, job_body("marked"), "default"))
     ti = deferred_on(job, "failed" if "failed" in hook_name else "success")
 
     if hook_name == "on_task_instance_failed":
@@ -91,15 +92,15 @@ def test_a_deferred_task_marked_by_a_user_loses_its_job(hook, hook_name):
 
 
 def test_keep_keeps_the_job(hook):
-    job = hook.create_job(PYTORCH, job_body("kept"), "default")
+    job = hook.run(create_job(hook.async_hook, PYTORCH, job_body("kept"), "default"))
     assert kill_listener.marked(None, deferred_on(job, "failed", on_kill_action="keep")) is None
     assert hook.get_job(PYTORCH, "kept", "default")["metadata"]["uid"] == job["metadata"]["uid"]
 
 
 def test_another_tries_job_of_the_same_name_stays(hook):
-    old = hook.create_job(PYTORCH, job_body("same"), "default")
-    hook.delete_job(PYTORCH, "same", "default")
-    new = hook.create_job(PYTORCH, job_body("same"), "default")
+    old = hook.run(create_job(hook.async_hook, PYTORCH, job_body("same"), "default"))
+    hook.run(delete_job(hook.async_hook, PYTORCH, "same", "default"))
+    new = hook.run(create_job(hook.async_hook, PYTORCH, job_body("same"), "default"))
 
     settle(kill_listener.marked(None, deferred_on(old, "failed")))
 
@@ -107,7 +108,7 @@ def test_another_tries_job_of_the_same_name_stays(hook):
 
 
 def test_only_state_changes_by_a_user_of_deferred_tasks_on_this_trigger_count(hook):
-    job = hook.create_job(PYTORCH, job_body("left-alone"), "default")
+    job = hook.run(create_job(hook.async_hook, PYTORCH, job_body("left-alone"), "default"))
     ti = deferred_on(job, "failed")
     other = deferred_on(job, "failed")
     assert other.trigger is not None
@@ -123,7 +124,7 @@ def test_only_state_changes_by_a_user_of_deferred_tasks_on_this_trigger_count(ho
 
 
 def test_a_failed_delete_is_logged_not_raised(hook, cluster, caplog):
-    job = hook.create_job(PYTORCH, job_body("unreachable"), "default")
+    job = hook.run(create_job(hook.async_hook, PYTORCH, job_body("unreachable"), "default"))
     ti = deferred_on(job, "failed", kubernetes_conn_id="no_such_connection")
 
     settle(kill_listener.marked(None, ti))

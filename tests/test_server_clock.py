@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from airflow_provider_training.hooks.kubeconfig import ServerClock
+from airflow_provider_training.server_clock import ServerClock
 
 
 def test_the_date_header_sets_the_servers_now():
