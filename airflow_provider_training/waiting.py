@@ -32,9 +32,9 @@ from airflow_provider_training.outcome import JobRef, Outcome, WaitEvent
 from airflow_provider_training.restarts import RestartCounter
 
 if TYPE_CHECKING:
-    from airflow_provider_training.hooks.kubeconfig import ServerClock
     from airflow_provider_training.hooks.training import AsyncTrainingJobHook, TrainingJobHook
     from airflow_provider_training.logs import ReplicaLogStreamer
+    from airflow_provider_training.server_clock import ServerClock
     from airflow_provider_training.watch import Subscription, WatchEvent
 
     Inbox = asyncio.Queue[tuple[str, Any]]
