@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import scale_real
+from baseline import baseline_tree
 from scale import STREAMS_PER_JOB, Child, child_env, pct, quiet_since, trigger_argv, wait_until
 from trigger_load import KIND
 
@@ -64,20 +65,6 @@ class Row:
     flip_lag_s: float = float("nan")  # the longest loop lag while the events came
     flip_gc_s: float = float("nan")  # the longest garbage collection meanwhile
     notes: list[str] = field(default_factory=list)
-
-
-def baseline_tree(ref: str) -> Path:
-    """The provider at ``ref``, exported once into the cache (``git archive``; kept between runs)."""
-    tree = CACHE / f"baseline-{ref}"
-    if not (tree / "airflow_provider_training").is_dir():
-        tree.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", ref, "airflow_provider_training"],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    return tree
 
 
 def read_requests(server: scale_real.RealServer) -> int:

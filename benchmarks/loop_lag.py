@@ -16,8 +16,8 @@ other work before it could run the probe. localkube runs in this (parent) proces
     python benchmarks/loop_lag.py [--jobs 200] [--lines 100000] [--baseline REF] [--scenario start ...]
 
 ``--baseline REF`` (default: the commit before the loop-lag fixes) also runs every scenario on that commit's
-code, checked out in a temporary git worktree and put first on the child's ``PYTHONPATH``; ``--baseline ''``
-skips it. ``child`` is the internal entry point of the fresh interpreter.
+code, exported once into a cache (``baseline.py``) and put first on the child's ``PYTHONPATH``;
+``--baseline ''`` skips it. ``child`` is the internal entry point of the fresh interpreter.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from baseline import baseline_tree
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE_REF = "3c505fd"  # the last commit before the loop-lag fixes (issue 8, point 5)
@@ -426,20 +427,6 @@ def run_child(
     return dict(json.loads(found[-1].removeprefix("RESULT ")))
 
 
-@contextlib.contextmanager
-def checkout(ref: str) -> Iterator[Path]:
-    """``ref``'s tree in a temporary git worktree."""
-    with tempfile.TemporaryDirectory(prefix="loop-lag-baseline-") as tmp:
-        path = Path(tmp) / "tree"
-        subprocess.run(
-            ["git", "-C", str(REPO), "worktree", "add", "--quiet", "--detach", str(path), ref], check=True
-        )
-        try:
-            yield path
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=False)
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
@@ -483,41 +470,40 @@ def main() -> None:
         f"{'us/line':>8}  events"
     )
     rows = [header, "-" * len(header)]
-    with contextlib.ExitStack() as stack:
-        codes: list[tuple[str, Path | None]] = [("this", None)]
-        if args.baseline:
-            codes.insert(0, (args.baseline, stack.enter_context(checkout(args.baseline))))
-        for scenario in scenarios:
-            for code, path in codes:  # a fresh cluster each time: no other run's objects in its lists
-                with tempfile.TemporaryDirectory(prefix="loop-lag-") as tmp:
-                    cluster = Cluster(Path(tmp))
-                    try:
-                        names, lines = prepare(scenario, args, cluster)
-                        result = run_child(
-                            names,
-                            lines,
-                            cluster,
-                            cancel=scenario == "running",
-                            code=path,
-                            timeout=args.timeout,
-                            debug_slow=args.debug_slow,
-                        )
-                    finally:
-                        cluster.stop()
-                rows.append(report_row(code, scenario, args, result))
-                print(rows[-1], flush=True)
-                print(f"    worst lags (s after the first trigger, lag s): {result['worst']}", flush=True)
-                for step in result.get("longest_steps", []):
-                    print(f"    longest step: {step}", flush=True)
-                if "longest_gc" in result:
-                    spent, generation = result["longest_gc"]
-                    print(
-                        f"    longest garbage collection: {spent * 1000:.0f} ms (generation {generation}); "
-                        f"{result['full_gcs']} full collections",
-                        flush=True,
+    codes: list[tuple[str, Path | None]] = [("this", None)]
+    if args.baseline:
+        codes.insert(0, (args.baseline, baseline_tree(args.baseline)))
+    for scenario in scenarios:
+        for code, path in codes:  # a fresh cluster each time: no other run's objects in its lists
+            with tempfile.TemporaryDirectory(prefix="loop-lag-") as tmp:
+                cluster = Cluster(Path(tmp))
+                try:
+                    names, lines = prepare(scenario, args, cluster)
+                    result = run_child(
+                        names,
+                        lines,
+                        cluster,
+                        cancel=scenario == "running",
+                        code=path,
+                        timeout=args.timeout,
+                        debug_slow=args.debug_slow,
                     )
-                for step in result["steps_over_limit"] + result["slow_steps"]:
-                    print(f"    slow step: {step}", flush=True)
+                finally:
+                    cluster.stop()
+            rows.append(report_row(code, scenario, args, result))
+            print(rows[-1], flush=True)
+            print(f"    worst lags (s after the first trigger, lag s): {result['worst']}", flush=True)
+            for step in result.get("longest_steps", []):
+                print(f"    longest step: {step}", flush=True)
+            if "longest_gc" in result:
+                spent, generation = result["longest_gc"]
+                print(
+                    f"    longest garbage collection: {spent * 1000:.0f} ms (generation {generation}); "
+                    f"{result['full_gcs']} full collections",
+                    flush=True,
+                )
+            for step in result["steps_over_limit"] + result["slow_steps"]:
+                print(f"    slow step: {step}", flush=True)
     print()
     print("\n".join(rows))
 

@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +30,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from baseline import baseline_tree
 
 HERE = Path(__file__).resolve().parent
 CONN_ID = "scale_bench"  # the connection scale.child_env defines
@@ -208,18 +209,6 @@ class Churn:
         self.thread.join()
 
 
-def baseline_tree(revision: str, into: Path) -> Path:
-    """The provider package at ``revision``, extracted from git (nothing of the work tree changes)."""
-    archive = subprocess.run(
-        ["git", "-C", str(HERE.parent), "archive", revision, "airflow_provider_training"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    into.mkdir()
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 def measure(
     cluster: Any, args: argparse.Namespace, hub: str, pythonpath: str, names: list[str], work: Path
 ) -> dict[str, Any]:
@@ -317,7 +306,7 @@ def main() -> None:
                 f"cluster ready in {time.monotonic() - started:.0f} s; a pod LIST's JSON by labelSelector: "
                 + ", ".join(f"{k}: {v / 1e6:.2f} MB" for k, v in size.items())
             )
-            baseline = str(baseline_tree(args.baseline, work / "baseline"))
+            baseline = str(baseline_tree(args.baseline))
             names = [pod["metadata"]["name"] for pod in pods]
             rows = []
             for _ in range(args.rounds):
