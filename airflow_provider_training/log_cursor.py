@@ -9,7 +9,7 @@ tab's log follows.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 
@@ -71,33 +71,76 @@ class LogCursor:
             return None
         return datetime.fromtimestamp(self.key // 1_000_000_000, UTC)
 
-    def session(self) -> Callable[[int | None], bool]:
-        """A filter for one read from :meth:`since`: ``True`` for each line not emitted before."""
-        return _Session(self)
+    def session(self) -> Session:
+        """A filter for one read from :meth:`since`: called with each line's timestamp key, ``True`` for a
+        line not emitted before; or :meth:`Session.take` for many lines at once."""
+        return Session(self)
+
+    def add(self, key: int | None, lines: int) -> None:
+        """Count ``lines`` more lines stamped ``key`` as emitted (``None``: not stamped, not counted)."""
+        if key is None:
+            return
+        if self.key is None or key > self.key:
+            self.key, self.count = key, lines
+        else:
+            self.count += lines
+
+    def advance(self, lines: Sequence[str]) -> None:
+        """Count ``lines`` (``"<timestamp> <text>"`` each, in order) as emitted: only the last ones, those
+        sharing the last timestamp, are parsed."""
+        key, run, same = None, 0, ""
+        for line in reversed(lines):
+            if key is not None and line.startswith(same):
+                run += 1
+                continue
+            stamp = line.partition(" ")[0]
+            found = stamp_key(stamp)
+            if key is None:  # lines after the last stamped one are not counted, as the filter has it
+                if found is not None:
+                    key, run, same = found, 1, stamp + " "
+            elif found == key:
+                run += 1
+            else:
+                break
+        self.add(key, run)
 
 
-class _Session:
+class Session:
     """:meth:`LogCursor.session`'s filter."""
 
-    __slots__ = ("cursor", "repeats", "start_count", "start_key")
+    __slots__ = ("cursor", "emitting", "repeats", "start_count", "start_key")
 
     def __init__(self, cursor: LogCursor) -> None:
         self.cursor = cursor
         self.start_key, self.start_count = cursor.key, cursor.count
         self.repeats = 0
+        self.emitting = False  # a line of this read was new: the lines after it are new too
 
     def __call__(self, key: int | None) -> bool:
         if key is None:
             return True
-        start_key, cursor = self.start_key, self.cursor
+        start_key = self.start_key
         if start_key is not None and key <= start_key:
             if key < start_key:
                 return False
             self.repeats += 1
             if self.repeats <= self.start_count:
                 return False
-        if cursor.key is None or key > cursor.key:
-            cursor.key, cursor.count = key, 1
-        else:
-            cursor.count += 1
+        self.cursor.add(key, 1)
         return True
+
+    def take(self, lines: Sequence[str]) -> int:
+        """Of one read's next lines (``"<timestamp> <text>"`` each, in order): how many at their start were
+        emitted before; the rest count as emitted now. A line's timestamp is parsed only where it matters:
+        the first lines of a re-read, up to the first new one (they may repeat what was emitted), and the
+        last ones (the cursor's position)."""
+        skipped = 0
+        if not self.emitting:
+            for line in lines:
+                if self(stamp_key(line.partition(" ")[0])):  # new: counted
+                    self.emitting = True
+                    break
+                skipped += 1
+            lines = lines[skipped + 1 :]
+        self.cursor.advance(lines)
+        return skipped

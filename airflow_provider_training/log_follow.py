@@ -18,13 +18,14 @@ from typing import Any, Protocol
 from airflow_provider_training.hooks.errors import KubeApiError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
-from airflow_provider_training.log_cursor import LogCursor, split_stamp
+from airflow_provider_training.log_cursor import LogCursor, Session
 
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
-# A backlog (thousands of lines at once) is parsed and emitted in steps of at most this long, and the read
-# text split in pieces of about this many characters: the triggerer's other triggers run in between.
+# A backlog (thousands of lines at once) is parsed and emitted in steps of at most this long, and a whole log
+# read split in pieces of about this many characters (each emitted as one): the triggerer's other triggers run
+# in between.
 STEP_SECONDS = 0.02
 PIECE_CHARS = 1 << 16
 
@@ -161,15 +162,16 @@ class FollowedPod:
 
 
 class PodFollower:
-    """Follows pods and reads their logs for one streamer: each line not emitted before goes to ``emit``
-    (with its pod and timestamp key); ``note`` gets the line saying a pod's follow stopped on an error."""
+    """Follows pods and reads their logs for one streamer: the lines not emitted before go to ``emit`` with
+    their pod, those of one read at once (``"<timestamp> <text>"`` each, as read with ``timestamps=true``, in
+    order); ``note`` gets the line saying a pod's follow stopped on an error."""
 
     def __init__(
         self,
         hook: AsyncTrainingJobHook,
         namespace: str,
         *,
-        emit: Callable[[FollowedPod, str, int | None], None],
+        emit: Callable[[FollowedPod, list[str]], None],
         note: Callable[[str], None],
         retry_interval: float,
     ) -> None:
@@ -220,13 +222,10 @@ class PodFollower:
             stream = pod.stream = await self.hook.open_log(
                 self.namespace, pod.name, pod.container, since_time=pod.cursor.since(), timestamps=True
             )
-            while (lines := await stream.lines()) is not None:
-                for line in lines:
-                    key, text = split_stamp(line.decode("utf-8", errors="replace"))
-                    if fresh(key):
-                        self.emit(pod, text, key)
-                        pod.said = True
-                    await step.pause()
+            while (read := await stream.lines()) is not None:
+                if self._take(pod, fresh, [line.decode("utf-8", errors="replace") for line in read]):
+                    pod.said = True
+                await step.pause()
         except Exception as err:
             self._interrupted(pod, err)
             return
@@ -293,11 +292,17 @@ class PodFollower:
         if not previous:
             pod.unread = None
         step = _Steps()
-        for line in _lines(text):
-            key, body = split_stamp(line)
-            if fresh(key):
-                self.emit(pod, body, key)
+        for lines in _pieces(text):
+            self._take(pod, fresh, lines)
             await step.pause()
+
+    def _take(self, pod: FollowedPod, fresh: Session, lines: list[str]) -> bool:
+        """Emit those of one read's ``lines`` that were not emitted before; whether there were any."""
+        skipped = fresh.take(lines)
+        if skipped == len(lines):
+            return False
+        self.emit(pod, lines[skipped:] if skipped else lines)
+        return True
 
 
 class _Steps:
@@ -314,13 +319,14 @@ class _Steps:
             self.began = time.perf_counter()
 
 
-def _lines(text: str) -> Iterator[str]:
-    """``text.splitlines()``, split a piece of about ``PIECE_CHARS`` at a time (not all in one step)."""
+def _pieces(text: str) -> Iterator[list[str]]:
+    """``text``'s lines, split on ``\\n`` only (as a stream's: a log line may hold ``\\r``), about
+    ``PIECE_CHARS`` characters of them at a time (not all in one step)."""
     start = 0
     while start < len(text):
         end = text.find("\n", start + PIECE_CHARS)
         end = len(text) if end < 0 else end + 1
-        yield from text[start:end].splitlines()
+        yield text[start:end].removesuffix("\n").split("\n")
         start = end
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook, replica_selectors
 from airflow_provider_training.kinds.base import PODS, JobKind, ReplicaPod
 from airflow_provider_training.kinds.selectors import parse_selector, selects
-from airflow_provider_training.log_cursor import stamp_text
+from airflow_provider_training.log_cursor import stamp_key, stamp_text
 from airflow_provider_training.log_follow import TERMINAL_PHASES, FollowedPod, PodFollower, pod_uid
 from airflow_provider_training.watch import DELETED, WatchEvent, WatchHub
 
@@ -35,6 +35,9 @@ REPEAT_MARK = "(may repeat) "  # a line a triggerer killed without notice may ha
 # saved with the log position).
 SAVED_TAIL_PODS = 16
 SAVED_LINE_CHARS = 500
+# A read that brought many lines (a backlog) is logged as records of up to this many lines (one record is some
+# 12 us of CPU, as many as the line's own work): a trickle of lines stays one record per line.
+RECORD_LINES = 500
 # How long stopping waits for the cancelled follows to end; one still running then is left behind (warned).
 FOLLOW_STOP_SECONDS = 5.0
 
@@ -60,7 +63,9 @@ def followed_pods() -> int:
 
 
 class ReplicaLogStreamer:
-    """Streams the logs of a job's chosen replicas to ``emit``, one prefixed line per call.
+    """Streams the logs of a job's chosen replicas to ``emit``, each line prefixed: the lines one read
+    brought in one call, joined by newlines (a trickle: a line per call; a backlog: up to
+    :data:`RECORD_LINES`).
 
     ``replicas``: ``"deciding"`` (alias ``"master"``: the job's :meth:`JobKind.deciding_replica`, read from
     the job once when streaming starts), ``"all"``, or a list of replica types.
@@ -72,8 +77,8 @@ class ReplicaLogStreamer:
     ``resume``: the :meth:`cursors` of an earlier streamer of the same job (a trigger before a triggerer
     restart): each pod goes on after its last emitted line. ``mark_until``: lines stamped at or before this
     key (ns) are marked as possibly repeated (the earlier streamer's cursors were not its last ones).
-    ``pod_times``: ``emit`` is called with ``timestamp=`` the line's own (kubelet) time, so the log record
-    carries the time the replica wrote it.
+    ``pod_times``: ``emit`` is called with ``timestamp=`` the (first) line's own kubelet time, so the log
+    record carries the time the replica wrote it.
 
     ``max_streams``: how many pods the streamers of this event loop (a triggerer) may follow live at once
     (default :func:`default_stream_limit`). Past it, a streamer following more than the deciding replica
@@ -406,14 +411,33 @@ class ReplicaLogStreamer:
         if followed is not None:
             followed.discard(pod)
 
-    def _emit(self, pod: FollowedPod, text: str, key: int | None = None) -> None:
-        pod.tail.append(text)
-        self.emitted += 1
-        mark = REPEAT_MARK if key is not None and self.mark_until and key <= self.mark_until else ""
-        if self.pod_times and key is not None:
-            self.emit(pod.prefix + mark + text, timestamp=stamp_text(key))
-        else:
-            self.emit(pod.prefix + mark + text)
+    def _emit(self, pod: FollowedPod, lines: list[str]) -> None:
+        """One read's new lines of ``pod`` (``"<timestamp> <text>"`` each): a record per
+        :data:`RECORD_LINES` of them, each line prefixed; with ``pod_times`` a record has its first line's
+        time."""
+        self.emitted += len(lines)
+        for start in range(0, len(lines), RECORD_LINES):
+            stamped = lines[start : start + RECORD_LINES]
+            texts = [line.partition(" ")[2] for line in stamped]
+            pod.tail.extend(texts)
+            key = stamp_key(stamped[0].partition(" ")[0])
+            marked = self._marked(stamped) if key is not None and key <= (self.mark_until or 0) else 0
+            message = "\n".join(
+                [pod.prefix + REPEAT_MARK + text for text in texts[:marked]]
+                + [pod.prefix + text for text in texts[marked:]]
+            )
+            if self.pod_times and key is not None:
+                self.emit(message, timestamp=stamp_text(key))
+            else:
+                self.emit(message)
+
+    def _marked(self, lines: list[str]) -> int:
+        """How many of ``lines`` (in order) are stamped up to ``mark_until``: they may have been emitted."""
+        for index, line in enumerate(lines):
+            key = stamp_key(line.partition(" ")[0])
+            if key is None or key > (self.mark_until or 0):
+                return index
+        return len(lines)
 
 
 def replica_label(replica: ReplicaPod) -> str:

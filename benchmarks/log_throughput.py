@@ -9,14 +9,17 @@ same backlog for each) and is timed from its start until the marker line comes o
 - ``kubectl logs -f``: kubectl built from the same Kubernetes module as the real tier
   (scripts/realkube/build.sh builds it into the same folder), its output read and dropped; and again with
   ``--timestamps``, the request the provider makes (each line with its kubelet time, the cursor's key);
-- the provider: a ``ReplicaLogStreamer`` (what the trigger runs) following the Master replica, each line
-  written by ``logging`` to a file as the trigger's task log gets it (prefix, the kubelet's timestamp);
+- the provider: a ``ReplicaLogStreamer`` (what the trigger runs) following the Master replica with
+  timestamps, its records written by ``logging`` to a file as the trigger's task log gets them (prefixed
+  lines, the kubelet's timestamp), the modules a trigger imports before it runs imported first (a running
+  triggerer has them);
 - the same on the baseline tree (``--baseline``, default the commit before issue 28, checked out once into
   ``~/.cache/airflow-provider-training/baseline-<commit>``);
 - both again with each line only counted, not logged: the follow's own share (stream, parse, cursor).
 
 Each provider measurement runs in a fresh process of its own, with that tree first on ``sys.path``. The
-figure of each reader is the best of ``--runs``; MB/s counts the container's bytes (lines and newlines).
+readers take turns, ``--runs`` rounds; each row shows the best run (lines/s and MB/s of it) and the median and
+worst beside it (the machine's noise); MB/s counts the container's bytes (lines and newlines).
 
     REALKUBE_BIN=$(scripts/realkube/build.sh) .venv/bin/python benchmarks/log_throughput.py
 """
@@ -25,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +93,10 @@ async def provider_follow(task_log: Path | None) -> tuple[float, int]:
     from airflow_provider_training.hooks.training import AsyncTrainingJobHook
     from airflow_provider_training.kinds.registry import get_kind
     from airflow_provider_training.logs import ReplicaLogStreamer
+    from airflow_provider_training.triggers.training import RUNTIME_MODULES
+
+    for module in RUNTIME_MODULES:  # what the trigger imports before it runs (the HTTP client among them)
+        importlib.import_module(module)
 
     logger = logging.getLogger("airflow.task")
     logger.propagate = False
@@ -100,12 +109,12 @@ async def provider_follow(task_log: Path | None) -> tuple[float, int]:
     got = asyncio.Event()
     count = 0
 
-    def emit(line: str, timestamp: str | None = None) -> None:
+    def emit(record: str, timestamp: str | None = None) -> None:  # one line, or the lines of one read
         nonlocal count
-        count += 1
+        count += record.count("\n") + 1
         if task_log is not None:
-            logger.info(line, extra={"timestamp": timestamp})
-        if line.endswith(MARKER):
+            logger.info(record, extra={"timestamp": timestamp})
+        if record.endswith(MARKER):
             got.set()
 
     hook = AsyncTrainingJobHook()
@@ -181,7 +190,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--lines", type=int, default=200_000)
-    parser.add_argument("--runs", type=int, default=3, help="runs of each reader; the best is shown")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each reader (best, median, worst)")
     parser.add_argument("--baseline", default=BASELINE, help="the commit to compare with")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one provider measurement: the task log or -
     args = parser.parse_args()
@@ -246,14 +255,18 @@ def main() -> None:
     megabytes = (args.lines * LINE_BYTES + len(MARKER) + 1) / 1e6
     print(
         f"\nLog throughput of one follow, {args.lines:,} lines of {LINE_BYTES} bytes ({megabytes:.1f} MB), "
-        f"kube-apiserver {cluster.version} over TLS, best of {args.runs}:\n"
+        f"kube-apiserver {cluster.version} over TLS, {args.runs} runs each:\n"
     )
-    print(f"  {'reader':<40} {'seconds':>8} {'lines/s':>10} {'MB/s':>7}")
+    print(f"  {'reader':<40} {'best s':>7} {'lines/s':>10} {'MB/s':>6} {'median':>7} {'worst':>6}")
     for name, runs in results.items():
-        seconds, count = min(runs)
-        if count < expected:
+        if (count := min(count for _, count in runs)) < expected:
             raise SystemExit(f"{name} gave {count} lines, {expected} written")
-        print(f"  {name:<40} {seconds:8.2f} {expected / seconds:10,.0f} {megabytes / seconds:7.1f}")
+        times = [seconds for seconds, _ in runs]
+        best = min(times)
+        print(
+            f"  {name:<40} {best:7.2f} {expected / best:10,.0f} {megabytes / best:6.1f} "
+            f"{statistics.median(times):7.2f} {max(times):6.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -94,9 +94,9 @@ class CountingLog(io.FileIO):
 
     def write(self, data: Any) -> int:
         if b'"event":"[' in data:  # a JSON log line whose message starts with "[<replica>] "
-            self.count += 1
+            self.count += data.count(b"\\n[") + 1  # a record holds the lines of one read, each prefixed
             self.first_at = self.first_at or time.perf_counter()
-            if self.count == self.expected:
+            if self.count >= self.expected and not self.all_seen.is_set():
                 self.all_seen_at = time.perf_counter()
                 self.all_seen.set()
         return super().write(data)

@@ -37,7 +37,7 @@ from typing import Any  # noqa: E402
 
 _OUT = os.fdopen(os.dup(1), "w", buffering=1)
 sys.stdout = sys.stderr  # nothing but our JSON lines on the real stdout
-REPLICA_LINE = re.compile(rb'"event":"\[[^\]"]+\] step \d+ ')
+REPLICA_LINE = re.compile(rb'(?:"event":"|\\n)\[[^\]"]+\] step \d+ ')  # a record may hold several
 LAG_TICK = 0.05
 
 

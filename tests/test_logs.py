@@ -7,7 +7,7 @@ import contextlib
 import contextvars
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from itertools import pairwise
 from pathlib import Path
 
@@ -57,6 +57,11 @@ async def env(
         yield pair
 
 
+def lines_into(lines: list[str]) -> Callable[..., None]:
+    """An ``emit`` keeping every line of each record (a record holds the lines of one read)."""
+    return lambda record, **_: lines.extend(record.split("\n"))
+
+
 class Streaming:
     """A streamer running as a task, and the lines it emitted."""
 
@@ -76,7 +81,7 @@ class Streaming:
             kind,
             "default",
             job,
-            emit=self.lines.append,
+            emit=lines_into(self.lines),
             note=self.notes.append,
             hub=hub or WatchHub(),
             retry_interval=retry_interval,
@@ -395,7 +400,7 @@ async def test_stop_before_run_started_reads_each_pod_once(env):
     add_pod(cluster, "Master", 1, phase="Pending", state="waiting")  # never started: nothing to read
     lines: list[str] = []
     streamer = ReplicaLogStreamer(
-        hook, PYTORCH, "default", "job", emit=lines.append, note=[].append, hub=WatchHub()
+        hook, PYTORCH, "default", "job", emit=lines_into(lines), note=[].append, hub=WatchHub()
     )
     await streamer.stop()
     await streamer.run()  # returns at once: it was stopped
@@ -478,7 +483,7 @@ async def test_reading_once_keeps_only_the_jobs_own_master(env):
         finished_pod(cluster, create_mlkube_pod(cluster, job, "WORKER", 0), f"{job} says hi")
     lines: list[str] = []
     streamer = ReplicaLogStreamer(
-        hook, MXJOB, "default", "mnist", emit=lines.append, note=[].append, hub=WatchHub()
+        hook, MXJOB, "default", "mnist", emit=lines_into(lines), note=[].append, hub=WatchHub()
     )
     await streamer.stop()  # before run(): one read of each chosen pod
     assert lines == ["[worker-0] mnist says hi"]
@@ -567,7 +572,7 @@ async def test_each_streamer_writes_in_its_own_context_though_the_hub_delivers_f
             PYTORCH,
             "default",
             job,
-            emit=lambda line: written.append((OWNER.get(), line)),
+            emit=lambda record: written.extend((OWNER.get(), line) for line in record.split("\n")),
             note=lambda line: written.append((OWNER.get(), line)),
             hub=hub,
             retry_interval=0.05,
@@ -609,6 +614,46 @@ def test_cursor_skips_lines_already_emitted_even_with_equal_timestamps():
     again = cursor.session()  # a re-read from the same second returns the same three lines, then new ones
     assert [again(k) for k in (10, 20, 20, 20, 30)] == [False, False, False, True, True]
     assert (cursor.key, cursor.count) == (30, 1)
+
+
+def test_a_read_taken_at_once_moves_the_cursor_as_line_by_line():
+    """``Session.take`` (one read's lines at once) drops and counts what the line-by-line filter does, across
+    reads split anywhere, also within lines that share a timestamp."""
+    stamps = ["2026-01-01T00:00:01Z", "2026-01-01T00:00:02Z", "2026-01-01T00:00:02.5Z"]
+    keys = [0, 1, 1, 1, 2, 2]
+    lines = [f"{stamps[k]} line {i}" for i, k in enumerate(keys)]
+    for emitted in range(len(lines) + 1):
+        for cut in range(len(lines) + 1):
+            by_line, at_once = LogCursor(), LogCursor()
+            first, before = by_line.session(), at_once.session()
+            assert all(first(stamp_key(line.split(" ")[0])) for line in lines[:emitted])
+            assert before.take(lines[:emitted]) == 0
+            again, resumed = by_line.session(), at_once.session()  # a re-read from the start
+            fresh = [line for line in lines if again(stamp_key(line.split(" ")[0]))]
+            reads = [lines[:cut], lines[cut:]]
+            taken = [line for read in reads for line in read[resumed.take(read) :]]
+            assert fresh == lines[emitted:] == taken
+            assert (at_once.key, at_once.count) == (by_line.key, by_line.count)
+
+
+async def test_a_backlog_is_logged_in_records_of_many_lines_and_a_trickle_a_line_each(env):
+    cluster, hook = env
+    master = add_pod(cluster, "Master", 0)
+    backlog = [f"backlog {i:04d}" for i in range(2 * logs.RECORD_LINES)]
+    cluster.logs.write("default", master, C, "".join(f"{line}\n" for line in backlog))
+    records: list[str] = []
+    run = Streaming(hook)
+    run.streamer.emit = records.append
+    await until(lambda: records and records[-1].endswith(backlog[-1]))
+    assert "\n".join(records).split("\n") == [f"[master-0] {line}" for line in backlog]
+    assert len(records) < len(backlog) / 10  # records of many lines
+    assert max(record.count("\n") + 1 for record in records) <= logs.RECORD_LINES
+
+    shown = len(records)
+    cluster.logs.write("default", master, C, "one more\n")
+    await until(lambda: len(records) > shown)
+    await run.stop()
+    assert records[shown:] == ["[master-0] one more"]
 
 
 async def test_scripted_pytorchjob_with_a_crashing_worker(tmp_path, monkeypatch):

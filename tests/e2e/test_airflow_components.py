@@ -34,8 +34,14 @@ def pytorch_job(kube: LocalKube, name: str) -> dict[str, Any] | None:
 
 
 def trigger_events(text: str) -> list[str]:
-    """The ``event`` of every JSON line of a task or trigger log file."""
-    return [json.loads(line)["event"] for line in text.splitlines() if line.startswith("{")]
+    """The ``event`` of every JSON line of a task or trigger log file, a record of several lines (the replica
+    lines of one read) as those lines."""
+    return [
+        part
+        for line in text.splitlines()
+        if line.startswith("{")
+        for part in str(json.loads(line)["event"]).split("\n")
+    ]
 
 
 def wait_deferred(airflow: Airflow, dag_id: str, run_id: str) -> list[str]:

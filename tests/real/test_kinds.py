@@ -20,8 +20,10 @@ def operator_for(case, name: str, script: dict, namespace: str = "default", **kw
 
 
 def logged(out: str) -> list[str]:
-    """The task log's messages (what follows the level)."""
-    return [line.split("] ", 1)[1] for line in out.splitlines() if "] " in line]
+    """The task log's messages (what follows the level); the later lines of a record of several (the replica
+    lines of one read, ``[master-0] ...``) as they are."""
+    lines = [line for line in out.splitlines() if "] " in line]
+    return [line if line.startswith("[") else line.split("] ", 1)[1] for line in lines]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -36,7 +36,7 @@ class TaskLog:
         self.warnings: list[str] = []
 
     def info(self, message: str, *args: object, **fields: object) -> None:  # fields: e.g. timestamp=
-        self.infos.append(message % args if args else message)
+        self.infos.extend((message % args if args else message).split("\n"))  # a record: a read's lines
 
     def warning(self, message: str, *args: object) -> None:
         self.warnings.append(message % args if args else message)
