@@ -42,9 +42,10 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from baseline import baseline_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "53df9b2"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airflow-provider-training"
 CRD = ROOT / "tests" / "fixtures" / "crds" / "kubeflow.org-v1" / "pytorchjobs.yaml"
 MARKER = "log-throughput-end"
 JOB, NAMESPACE = "throughput", "default"
@@ -59,14 +60,6 @@ out.write("{MARKER}\\n")
 out.flush()
 time.sleep(86400)
 """
-
-
-def baseline_tree(commit: str) -> Path:
-    """The baseline commit checked out once (a detached worktree of this repository), kept for later runs."""
-    tree = CACHE / f"baseline-{commit}"
-    if not (tree / "airflow_provider_training").is_dir():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit], check=True)
-    return tree
 
 
 def job_manifest(lines: int) -> dict:
