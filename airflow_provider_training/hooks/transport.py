@@ -1,12 +1,12 @@
 """HTTP access to the Kubernetes API on httpx, configured by a
 :class:`~airflow_provider_training.hooks.kubeconfig.ClusterConfig` (server, credentials, TLS, proxy).
 
-Every request, watch and log follow goes through one ``httpx.AsyncClient(http2=True)`` per API server and TLS
-settings, shared by every transport of the process on one event loop. Over TLS the server chooses HTTP/2 by
-ALPN and one connection carries every watch and follow, as client-go's do; a server that offers only
-HTTP/1.1 (or plain ``http://``) gets HTTP/1.1. Answers are read as bytes and decoded by us (JSON for objects,
-lines for streams). httpx's errors become :class:`~.errors.KubeConnectionError` here, at the one place a
-request is sent or read, so retrying (:mod:`.retry`) looks at our own error type only.
+Every request, watch and log follow goes through one ``httpx.AsyncClient`` per API server and TLS settings,
+shared by every transport of the process on one event loop: HTTP/1.1, a connection per open watch or follow
+(see :data:`HTTP2` for why not one HTTP/2 connection, as client-go's). Answers are read as bytes and
+decoded by us (JSON for objects, lines for streams). httpx's errors become
+:class:`~.errors.KubeConnectionError` here, at the one place a request is sent or read, so retrying
+(:mod:`.retry`) looks at our own error type only.
 
 A connection that goes silent (a peer gone without a word, a cut network path) is noticed by TCP keepalive
 within :data:`DEAD_AFTER` seconds, and every stream on it raises.
@@ -41,6 +41,13 @@ if TYPE_CHECKING:
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "airflow-provider-training"
 
+HTTP2 = False
+"""Whether the clients offer HTTP/2 (by ALPN, over TLS). Off: httpcore's HTTP/2 connection lets one waiting
+stream at a time read the socket, and a stream that waits for data holds that turn while it waits. With two
+or more quiet streams open (follows of pods that say nothing, quiet watches) an answer that has arrived for
+another request stays unread until one of them gets data: a GET waited 60 s on the real kube-apiserver with
+three quiet follows open (httpx 0.29 and httpx2 2.17 alike; ``tests/real/test_h2_follows.py``). Over
+HTTP/1.1 each watch and follow holds a connection of its own, and no request waits behind another."""
 LANE_STREAMS = 100
 """The requests one client ("lane") carries at once. httpcore announces ``SETTINGS_MAX_CONCURRENT_STREAMS``
 100 and opens no second HTTP/2 connection to a server while its first is usable: request 101 waits for a
@@ -172,7 +179,7 @@ class _Pool:
         if lane is None:
             transport = httpx.AsyncHTTPTransport(
                 verify=self.context or False,  # False for http://: no CA bundle is loaded
-                http2=True,
+                http2=HTTP2,
                 limits=LIMITS,
                 proxy=self.proxy,
                 trust_env=False,

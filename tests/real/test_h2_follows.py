@@ -1,7 +1,10 @@
-"""The provider's HTTP client against the real kube-apiserver (Go's net/http over TLS, HTTP/2 by ALPN):
-watches and log follows share one connection, each a stream, as client-go's do; past the client's stream cap
-(``transport.LANE_STREAMS``) a further connection opens; a follow closed before its end is drained without
-stalling the others; a restarted server fails the streams transiently and the next ones connect again."""
+"""The provider's HTTP client against the real kube-apiserver (Go's net/http over TLS).
+
+By default (``transport.HTTP2`` off) each watch and follow has a connection of its own, and quiet follows
+hold up no other request. With HTTP/2 on (the ``http2`` fixture), watches and log follows share one
+connection, each a stream, as client-go's do; past the client's stream cap (``transport.LANE_STREAMS``) a
+further connection opens; a follow closed before its end is drained without stalling the others. A restarted
+server fails the streams transiently and the next ones connect again."""
 
 from __future__ import annotations
 
@@ -14,17 +17,26 @@ import psutil
 import pytest
 from localkube.realcluster import RealCluster
 
+from airflow_provider_training.hooks import transport
 from airflow_provider_training.hooks.errors import KubeApiError, KubeConnectionError
 from airflow_provider_training.hooks.retry import is_transient
 from airflow_provider_training.hooks.training import AsyncTrainingJobHook
 from airflow_provider_training.hooks.transport import LANE_STREAMS, LineStream
+from airflow_provider_training.kinds.base import PODS as POD_RESOURCE
 from tests.real.families_real import open_gate
 
 PODS = [f"h2-follow-{n}" for n in range(3)]
 
 
-def pod(name: str, gate: str) -> dict:
-    script = {"default": {"duration": 0, "logs": ["{pod} first"], "gate": gate, "after_gate": ["{pod} last"]}}
+@pytest.fixture
+def http2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clients offer HTTP/2, as they would with ``transport.HTTP2`` on."""
+    monkeypatch.setattr(transport, "HTTP2", True)
+
+
+def pod(name: str, gate: str, first: str = "{pod} first") -> dict:
+    logs = [first] if first else []
+    script = {"default": {"duration": 0, "logs": logs, "gate": gate, "after_gate": ["{pod} last"]}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -35,6 +47,10 @@ def pod(name: str, gate: str) -> dict:
         },
         "spec": {"containers": [{"name": "main", "image": "example/main:1"}], "restartPolicy": "Never"},
     }
+
+
+def running_phase(cluster: RealCluster, name: str) -> bool:
+    return cluster.get(f"/api/v1/namespaces/default/pods/{name}").get("status", {}).get("phase") == "Running"
 
 
 def said_first(cluster: RealCluster, name: str) -> bool:
@@ -88,6 +104,43 @@ async def read_all(stream: LineStream) -> list[str]:
     return lines
 
 
+def test_quiet_follows_hold_up_no_other_request(real_cluster):
+    """Three follows of pods that say nothing (their tasks wait for lines), then requests: each is answered
+    as it comes, not when a follow next gets data (httpcore's HTTP/2 held such a GET for 60 s)."""
+    names = [f"quiet-{n}" for n in range(3)]
+    for name in names:
+        real_cluster.apply(pod(name, "quiet-follows", first=""))
+    for name in names:
+        real_cluster.wait_for(lambda name=name: running_phase(real_cluster, name), 60)
+
+    async def requests_beside_quiet_follows() -> tuple[int, int, list[str]]:
+        hook = AsyncTrainingJobHook(None, config_file=str(real_cluster.kubeconfig), request_timeout=20)
+        try:
+            follows = [await hook.open_log("default", name, "main", timestamps=False) for name in names]
+            readers = [asyncio.create_task(read_all(stream)) for stream in follows]
+            for _ in range(20):  # loop steps, no I/O: every reader is waiting for its stream's next lines
+                await asyncio.sleep(0)
+            before = hook.request_count
+            listed = [await hook.list_objects(POD_RESOURCE, "default") for _ in range(5)]
+            sent = hook.request_count - before
+            await asyncio.to_thread(open_gate, real_cluster, "quiet-follows")
+            lasts = [lines[-1] for lines in await asyncio.gather(*readers)]
+            return len(listed), sent, lasts
+        finally:
+            await hook.close()
+
+    try:
+        answered, sent, lasts = asyncio.run(requests_beside_quiet_follows())
+    finally:
+        for name in names:
+            with contextlib.suppress(Exception):
+                real_cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+
+    assert (answered, sent) == (5, 5), "each request answered at once, none timed out and sent again"
+    assert lasts == [f"{name} last" for name in names]
+
+
+@pytest.mark.usefixtures("http2")
 def test_watches_and_follows_share_one_http2_connection_and_past_the_cap_a_further_one(real_cluster, running):
     gate = "h2-follows"
     running(gate, *PODS)
@@ -136,6 +189,7 @@ def test_watches_and_follows_share_one_http2_connection_and_past_the_cap_a_furth
     assert seen["drained at the end"] == [0, 0]
 
 
+@pytest.mark.usefixtures("http2")
 def test_an_error_answer_on_a_stream_is_the_api_error_and_the_connection_goes_on(real_cluster, running):
     running("h2-follow-err", "h2-follow-err")
 
