@@ -37,8 +37,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from baseline import baseline_tree
-
 REPO = Path(__file__).resolve().parent.parent
 BASELINE_REF = "3c505fd"  # the last commit before the loop-lag fixes (issue 8, point 5)
 CONN_ID = "loop_lag"
@@ -472,6 +470,8 @@ def main() -> None:
     rows = [header, "-" * len(header)]
     codes: list[tuple[str, Path | None]] = [("this", None)]
     if args.baseline:
+        from baseline import baseline_tree  # benchmarks/ (the script's folder); tests load this file alone
+
         codes.insert(0, (args.baseline, baseline_tree(args.baseline)))
     for scenario in scenarios:
         for code, path in codes:  # a fresh cluster each time: no other run's objects in its lists
